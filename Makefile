@@ -1,0 +1,34 @@
+# Two commands do all the setup on a machine with only Python and pip:
+#   make dev   - install into .venv if needed, then the demo on the embedded stack
+#   make test  - install into .venv if needed, then lint, types and tests
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install dev test lint types pytest clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+dev: $(STAMP)
+	$(VENV)/bin/safetynet dev
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+types: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(PY) -m pytest
+
+test: lint types pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,48 @@
+"""Messages of the recording-finalize job (frozen attrs; never tuples or dicts).
+
+claimer --ClaimedRow--> s3 reconciler pool --RowOutcome--> committer
+claimer --RowOutcome (terminal, poison: no S3 needed)-----> committer
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TypeAlias
+
+import attrs
+
+from supervision.objectstore import Fault, Found, Missing, Poison, Transient
+
+
+@attrs.frozen
+class ClaimedRow:
+    """A finalize row claimed for this cycle (attempts already pre-incremented)."""
+
+    attempt_id: str
+    recording_id: str
+    session_kind: str
+    session_id: str
+    attempts: int
+    phase: str  # reconcile | terminal | poison (| wait: rescheduled, never sent)
+    recording_status: str | None
+    old_attempts: int
+    old_next_attempt_at: dt.datetime
+
+
+@attrs.frozen
+class Terminal:
+    """The recording is Available or Failed already: republish if unpublished, close."""
+
+
+@attrs.frozen
+class RecordingMissing:
+    """The finalize row points at no recording: poison."""
+
+
+Decision: TypeAlias = Found | Missing | Transient | Fault | Poison | Terminal | RecordingMissing
+
+
+@attrs.frozen
+class RowOutcome:
+    row: ClaimedRow
+    decision: Decision

@@ -1,0 +1,148 @@
+"""The recording-finalize job's transactions: plain functions run by ``Database.atomic``.
+
+Each function is one unit of work on one connection inside one transaction; SQL is
+called by name from ``supervision/sql/queries/recording_finalize_attempts.sql``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg.rows import dict_row
+
+from actors.finalize_messages import ClaimedRow
+from supervision.config import RecordingFinalizeConfig
+from supervision.queries import QUERIES
+
+TOPIC_RECORDING_AVAILABLE = "pin.messenger.call-recording-available.v1"
+SOURCE = "safetynet.recording-finalize"
+EVENT_NAMESPACE = uuid.UUID("6f1c1f63-29a4-4c59-9d53-6b8b3c1e5a10")
+
+
+def event_id(topic: str, dedupe_key: str) -> str:
+    """The event id of (topic, dedupe key): the same on every re-emit."""
+    return str(uuid.uuid5(EVENT_NAMESPACE, f"{topic}\n{dedupe_key}"))
+
+
+def event_headers(topic: str, dedupe_key: str, event_type: str, job_run_id: str,
+                  source: str) -> str:
+    return json.dumps({
+        "event-type": event_type, "event-id": event_id(topic, dedupe_key),
+        "correlation-id": job_run_id, "source": source, "content-type": "application/json",
+    })
+
+
+def db_now(conn: psycopg.Connection) -> dt.datetime:
+    row = conn.execute(QUERIES["db_now"]).fetchone()
+    assert row is not None
+    value: dt.datetime = row[0]
+    return value
+
+
+@attrs.frozen
+class Claim:
+    rows: list[ClaimedRow]
+    rescheduled: int  # 'wait' rows: session not ended / SLA not passed; not an attempt
+    skipped_locked: int
+
+
+def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.datetime,
+              s3_down: bool) -> Claim:
+    params = {
+        "as_of": as_of, "batch_size": cfg.batch_size, "sla": cfg.finalize_sla_timeout,
+        "recheck": cfg.polling_interval, "backoff_base": cfg.backoff_base,
+        "backoff_factor": cfg.backoff_factor, "backoff_cap": cfg.backoff_cap,
+        "backoff_jitter": cfg.backoff_jitter, "s3_down": s3_down,
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        records = cur.execute(QUERIES["finalize_attempts_claim_due"], params).fetchall()
+    rows, rescheduled, skipped = [], 0, 0
+    for rec in records:
+        skipped = int(rec["skipped_locked"])
+        if rec["id"] is None:
+            continue
+        if rec["phase"] == "wait":
+            rescheduled += 1
+            continue
+        rows.append(ClaimedRow(
+            attempt_id=str(rec["id"]), recording_id=str(rec["recording_id"]),
+            session_kind=rec["session_kind"], session_id=str(rec["session_id"]),
+            attempts=rec["attempts"], phase=rec["phase"],
+            recording_status=rec["recording_status"], old_attempts=rec["old_attempts"],
+            old_next_attempt_at=rec["old_next_attempt_at"],
+        ))
+    return Claim(rows, rescheduled, skipped)
+
+
+@attrs.frozen
+class Applied:
+    transitioned: bool
+    enqueued: bool
+    closed: bool
+
+
+def publish_available(conn: psycopg.Connection, row: ClaimedRow, job_run_id: str,
+                      found: dict[str, Any] | None) -> Applied:
+    """Adopt *found* metadata (→ Available) when given; enqueue the event if missing; Done."""
+    params = {
+        "recording_id": row.recording_id, "attempt_id": row.attempt_id,
+        "transition": found is not None, "file_id": None, "size_bytes": None,
+        "duration_seconds": None, "format": None, "topic": TOPIC_RECORDING_AVAILABLE,
+        "headers": event_headers(TOPIC_RECORDING_AVAILABLE, row.recording_id,
+                                 "CallRecordingAvailable", job_run_id, SOURCE),
+        **(found or {}),
+    }
+    return _applied(conn.execute(QUERIES["finalize_attempts_publish_available"], params))
+
+
+def fail_timeout(conn: psycopg.Connection, row: ClaimedRow) -> Applied:
+    params = {"recording_id": row.recording_id, "attempt_id": row.attempt_id}
+    return _applied(conn.execute(QUERIES["finalize_attempts_fail_timeout"], params))
+
+
+def _applied(cur: psycopg.Cursor[Any]) -> Applied:
+    rec = cur.fetchone()
+    assert rec is not None
+    return Applied(bool(rec[0]), bool(rec[1]), bool(rec[2]))
+
+
+def record_transient(conn: psycopg.Connection, row: ClaimedRow, error: str,
+                     max_attempts: int) -> str | None:
+    """Keep the row Pending with its back-off, or quarantine it at max_attempts."""
+    rec = conn.execute(QUERIES["finalize_attempts_record_transient"], {
+        "id": row.attempt_id, "last_error": error[:512], "max_attempts": max_attempts,
+    }).fetchone()
+    return None if rec is None else str(rec[0])
+
+
+def quarantine(conn: psycopg.Connection, row: ClaimedRow, reason: str) -> bool:
+    rec = conn.execute(QUERIES["finalize_attempts_quarantine"],
+                       {"id": row.attempt_id, "last_error": reason[:512]}).fetchone()
+    return rec is not None
+
+
+def unclaim(conn: psycopg.Connection, row: ClaimedRow) -> None:
+    """Give a row back untouched: a configuration fault consumes no attempt."""
+    conn.execute(QUERIES["finalize_attempts_unclaim"], {
+        "id": row.attempt_id, "old_attempts": row.old_attempts,
+        "old_next_attempt_at": row.old_next_attempt_at,
+    })
+
+
+@attrs.frozen
+class Stats:
+    backlog: int
+    due: int
+    quarantined: int
+    oldest_age_seconds: float
+
+
+def stats(conn: psycopg.Connection) -> Stats:
+    rec = conn.execute(QUERIES["finalize_attempts_stats"]).fetchone()
+    assert rec is not None
+    return Stats(int(rec[0]), int(rec[1]), int(rec[2]), float(rec[3]))

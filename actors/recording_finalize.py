@@ -1,0 +1,127 @@
+"""One cycle of the recording-finalize job (seed: RecordingFinalizeRetryJob).
+
+>>> counts = await run_finalize_cycle(job, CycleContext("recording-finalize", run_id))
+
+Runs inside the lock keeper's scope while it holds the job's advisory lock:
+
+    probe bucket ──fault──▶ readiness 503, alert, claim nothing, consume nothing
+         │ transient ─▶ breaker open: claim only rows that need no HEAD
+         ▼
+    claimer ──ClaimedRow──▶ S3 reconciler pool (s3.concurrency) ──RowOutcome──▶ committers
+        └──────────────RowOutcome (terminal, poison)───────────────────────────▶
+
+AsOf is the database clock, read once. The claimer ends the pipeline when nothing is
+due, at ``max_run_duration``, or when the breaker opens; closing its channels drains the
+pool and then the committers, so the cycle returns only after every claimed row has been
+committed (or, when cancelled, each row committed or rolled back whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import attrs
+import structlog
+import trio
+
+from actors.finalize_claimer import serve_finalize_claimer
+from actors.finalize_committer import serve_finalize_committer
+from actors.finalize_messages import ClaimedRow, RowOutcome
+from actors.finalize_state import Breaker, FinalizeCounts
+from actors.finalize_store import db_now, stats
+from actors.lock_keeper import CycleContext
+from actors.s3_reconciler import serve_s3_reconciler
+from supervision.config import RecordingFinalizeConfig
+from supervision.database import Database
+from supervision.health import HEALTH
+from supervision.metrics import (
+    RF_BACKLOG,
+    RF_CYCLE_DURATION,
+    RF_OLDEST_AGE,
+    RF_RUNS,
+    S3_BREAKER_OPEN,
+)
+from supervision.objectstore import Fault, ObjectStore, Transient
+
+log = structlog.get_logger("recording_finalize")
+JOB = "recording-finalize"
+
+
+def _no_wakeup() -> None:
+    return None
+
+
+@attrs.frozen
+class FinalizeJob:
+    cfg: RecordingFinalizeConfig
+    concurrency: int
+    db: Database
+    store: ObjectStore
+    wake_relay: Callable[[], None] = _no_wakeup
+    breaker_threshold: int = 5
+    committers: int = 2
+
+
+async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
+    """Drain what is due now; return the cycle's counts."""
+    started = trio.current_time()
+    counts = FinalizeCounts()
+    status = "error"
+    try:
+        as_of = await job.db.run(db_now)
+        log.info("cycle_started", as_of=as_of.isoformat())
+        probe = await job.store.head_bucket()
+        breaker = Breaker(job.breaker_threshold)
+        if isinstance(probe, Fault):
+            HEALTH.set_fault("s3", probe.error)
+            log.error("config_fault", component="s3", error=probe.error)
+            status = "config_fault"
+            return counts
+        HEALTH.clear_fault("s3")
+        s3_down = isinstance(probe, Transient)
+        if isinstance(probe, Transient):
+            log.warning("s3_unavailable", error=probe.error)
+        S3_BREAKER_OPEN.set(1 if s3_down else 0)
+
+        rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](job.cfg.batch_size)
+        outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](
+            job.cfg.batch_size)
+        deadline = started + job.cfg.max_run_duration
+        # the originals close right after the spawns: only the workers' clones stay open
+        async with trio.open_nursery() as nursery, rows_recv, outcomes_recv:
+            for _ in range(job.committers):
+                nursery.start_soon(partial(
+                    serve_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
+                    outcomes_recv.clone(), job.wake_relay))
+            for _ in range(job.concurrency):
+                nursery.start_soon(serve_s3_reconciler, job.store, breaker,
+                                   rows_recv.clone(), outcomes_send.clone())
+            nursery.start_soon(partial(
+                serve_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker,
+                counts, s3_down, rows_send, outcomes_send))
+        if breaker.fault is not None:
+            HEALTH.set_fault("s3", breaker.fault)
+            log.error("config_fault", component="s3", error=breaker.fault)
+        elif breaker.open and not s3_down:
+            log.warning("s3_breaker_opened", consecutive_transient=breaker.threshold)
+        status = "ok"
+        return counts
+    finally:
+        elapsed = trio.current_time() - started
+        counts.duration_ms = int(elapsed * 1000)
+        RF_RUNS.labels(status=status).inc()
+        RF_CYCLE_DURATION.observe(elapsed)
+        log.info("cycle_completed", status=status, **counts.as_json())
+        with trio.move_on_after(2, shield=True):
+            await refresh_gauges(job.db)
+
+
+async def refresh_gauges(db: Database) -> None:
+    """Backlog and oldest age, from one cheap query."""
+    try:
+        current = await db.run(stats)
+    except Exception:  # a gauge refresh must never fail a cycle
+        return
+    RF_BACKLOG.set(current.backlog)
+    RF_OLDEST_AGE.set(current.oldest_age_seconds)

@@ -1,0 +1,47 @@
+"""The S3 reconciler pool: HEAD each claimed recording's object, outside any transaction.
+
+Inputs: claimed rows (receive channel). Outputs: a :class:`RowOutcome` per row (send
+channel) — Found / Missing / Transient / Fault / Poison, per SPEC §3. No row lock and no
+transaction is held while the request is on the network. ``s3.concurrency`` workers share
+one receive channel. Restart type: none — the pool lives for one cycle.
+
+Once the breaker is open no further requests are made: remaining rows are reported
+transient (``s3_breaker_open``: they keep the attempt they were claimed with) or, after a
+configuration fault, as that fault (given back untouched).
+
+What cancellation does: a HEAD in flight is abandoned; its row stays Pending with the
+attempt pre-incremented at claim and is retried after its back-off.
+"""
+
+from __future__ import annotations
+
+import structlog
+import trio
+
+from actors.finalize_messages import ClaimedRow, RowOutcome
+from actors.finalize_state import Breaker
+from supervision.objectstore import Fault, HeadOutcome, ObjectStore, Transient
+
+log = structlog.get_logger("s3_reconciler")
+
+
+async def serve_s3_reconciler(
+    store: ObjectStore, breaker: Breaker,
+    inbox: trio.MemoryReceiveChannel[ClaimedRow],
+    outbox: trio.MemorySendChannel[RowOutcome],
+) -> None:
+    """One worker of the pool: runs until *inbox* is closed and drained."""
+    async with outbox:
+        async for row in inbox:
+            outcome: HeadOutcome
+            if breaker.fault is not None:
+                outcome = Fault(breaker.fault)
+            elif breaker.open:
+                outcome = Transient("s3_breaker_open")
+            else:
+                outcome = await store.head_recording(row.recording_id)
+                if isinstance(outcome, Fault):
+                    breaker.trip(outcome.error)
+                else:
+                    breaker.record(isinstance(outcome, Transient))
+            await outbox.send(RowOutcome(row, outcome))

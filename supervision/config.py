@@ -1,0 +1,527 @@
+"""Configuration: TOML files merged in order, ``SAFETYNET__SECTION__KEY`` overrides, validation.
+
+>>> cfg = load_config([Path("config/dev.toml")], env={"SAFETYNET__POSTGRES__DSN": "postgresql://x"})
+>>> cfg.jobs.recording_finalize.batch_size
+100
+
+Every setting is a field of a frozen attrs class below; its metadata carries the
+documentation, the kind of value (duration, secret) and its checks, so the loader, the
+README reference and ``check-config`` are all generated from this one place. Loading
+collects *every* problem before failing, one line per problem naming the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import attrs
+
+from supervision.durations import format_duration, parse_duration
+from supervision.errors import ConfigError
+from supervision.secrets import REDACTED, Secret, redact_dsn
+
+ENV_PREFIX = "SAFETYNET__"
+ENV_CONFIG_FILE = "SAFETYNET_CONFIG"
+EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
+
+Check = Callable[[Any], str | None]
+_REQUIRED = attrs.NOTHING
+
+
+def _setting(
+    default: Any = _REQUIRED,
+    doc: str = "",
+    *,
+    duration: bool = False,
+    checks: Sequence[Check] = (),
+) -> Any:
+    meta = {"doc": doc, "duration": duration, "checks": tuple(checks)}
+    return attrs.field(default=default, metadata=meta)
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else f"must be > 0, got {_show(value)}"
+
+
+def _non_negative(value: Any) -> str | None:
+    return None if value >= 0 else f"must be >= 0, got {_show(value)}"
+
+
+def _fraction(value: Any) -> str | None:
+    return None if 0 <= value < 1 else f"must be >= 0 and < 1, got {_show(value)}"
+
+
+def _at_least_one(value: Any) -> str | None:
+    return None if value >= 1 else f"must be >= 1, got {_show(value)}"
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}; got {value!r}"
+
+    return check
+
+
+def _http_url(value: Any) -> str | None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http(s) URL, got {value!r}"
+    if parts.username or parts.password:
+        return "must not carry credentials in the URL (use the key/token settings)"
+    return None
+
+
+def _host_port(value: Any) -> str | None:
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be HOST:PORT, got {value!r}"
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        if host != "localhost":
+            return f"host must be an IP address or localhost, got {host!r}"
+    return None
+
+
+def _bootstrap(value: Any) -> str | None:
+    servers = [s.strip() for s in str(value).split(",") if s.strip()]
+    if not servers:
+        return "must list at least one HOST:PORT"
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return f"must be a comma-separated list of HOST:PORT, got {value!r}"
+    return None
+
+
+def _dsn(value: Any) -> str | None:
+    text = value.reveal()
+    if not text.strip():
+        return "must be set (a libpq connection string, e.g. postgresql://user@host/db)"
+    if "://" in text and not text.startswith(("postgresql://", "postgres://")):
+        return "must be a postgresql:// URL or a key=value connection string"
+    return None
+
+
+@attrs.frozen
+class PostgresConfig:
+    dsn: Secret = _setting(
+        doc="libpq DSN of the messenger database. Must be a direct connection (advisory "
+        "locks are session-level; a transaction-mode pooler breaks single-runner). Secret.",
+        checks=[_dsn],
+    )
+
+
+@attrs.frozen
+class KafkaConfig:
+    bootstrap_servers: str = _setting(
+        "127.0.0.1:9092", "Comma-separated HOST:PORT list of Kafka brokers.", checks=[_bootstrap]
+    )
+    client_id: str = _setting("safetynet", "Kafka client id.")
+
+
+@attrs.frozen
+class S3Config:
+    endpoint_url: str = _setting(
+        "http://127.0.0.1:8333", "S3-compatible endpoint URL.", checks=[_http_url]
+    )
+    region: str = _setting("us-east-1", "Region used for SigV4 signing.")
+    bucket: str = _setting("call-recordings", "Bucket of the CALL_RECORDINGS category.")
+    key_prefix: str = _setting(
+        "call-recordings/", "Object key prefix; a recording is {key_prefix}{recording_id}."
+    )
+    access_key_id: Secret = _setting(Secret(""), "S3 access key id (or env). Secret.")
+    secret_access_key: Secret = _setting(Secret(""), "S3 secret access key (or env). Secret.")
+    timeout: float = _setting(5.0, "Timeout of one S3 request.", duration=True, checks=[_positive])
+    concurrency: int = _setting(8, "Size of the S3 reconciler pool.", checks=[_positive])
+
+
+@attrs.frozen
+class MediaConfig:
+    base_url: str = _setting(
+        "http://127.0.0.1:8090", "Media stack base URL (recorder stop signal).", checks=[_http_url]
+    )
+    token: Secret = _setting(Secret(""), "Bearer token for the media stack; empty = none. Secret.")
+    timeout: float = _setting(
+        2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive]
+    )
+
+
+@attrs.frozen
+class RecordingFinalizeConfig:
+    enabled: bool = _setting(True, "Run the job (RECORDINGS_ENABLED).")
+    polling_interval: float = _setting(
+        60.0, "Time between cycle starts.", duration=True, checks=[_positive]
+    )
+    batch_size: int = _setting(100, "Rows claimed per batch.", checks=[_positive])
+    max_attempts: int = _setting(8, "Attempts before a row is quarantined.", checks=[_positive])
+    finalize_sla_timeout: float = _setting(
+        1800.0, "How long after its session ended a recording is reconciled.", duration=True,
+        checks=[_non_negative],
+    )
+    backoff_base: float = _setting(60.0, "First retry delay.", duration=True, checks=[_positive])
+    backoff_factor: float = _setting(
+        2.0, "Growth factor of the retry delay.", checks=[_at_least_one]
+    )
+    backoff_cap: float = _setting(900.0, "Largest retry delay.", duration=True, checks=[_positive])
+    backoff_jitter: float = _setting(
+        0.2, "Random +/- fraction applied to each delay.", checks=[_fraction]
+    )
+    lock_ttl: float = _setting(
+        300.0, "Bound of one cycle under the advisory lock; must exceed max_run_duration.",
+        duration=True, checks=[_positive],
+    )
+    max_run_duration: float = _setting(
+        180.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive]
+    )
+
+
+@attrs.frozen
+class ConferenceReaperConfig:
+    enabled: bool = _setting(True, "Run the job (CONFERENCE_CALLS_ENABLED).")
+    polling_interval: float = _setting(
+        30.0, "Time between cycle starts.", duration=True, checks=[_positive]
+    )
+    batch_size: int = _setting(100, "Conferences claimed per phase and cycle.", checks=[_positive])
+    empty_room_grace: float = _setting(
+        90.0, "An Active room with nobody in it is ended after this long.", duration=True,
+        checks=[_positive],
+    )
+    provision_timeout: float = _setting(
+        120.0, "A Provisioning conference fails after this long.", duration=True,
+        checks=[_positive],
+    )
+    stale_live_timeout: float = _setting(
+        14400.0, "An Active conference with no activity is ended after this long.",
+        duration=True, checks=[_positive],
+    )
+    lock_ttl: float = _setting(
+        120.0, "Bound of one cycle under the advisory lock; must exceed max_run_duration.",
+        duration=True, checks=[_positive],
+    )
+    max_run_duration: float = _setting(
+        30.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive]
+    )
+
+
+@attrs.frozen
+class JobsConfig:
+    recording_finalize: RecordingFinalizeConfig = attrs.field(factory=RecordingFinalizeConfig)
+    conference_reaper: ConferenceReaperConfig = attrs.field(factory=ConferenceReaperConfig)
+
+
+@attrs.frozen
+class OutboxRelayConfig:
+    enabled: bool = _setting(True, "Run the Kafka outbox relay.")
+    batch_size: int = _setting(500, "Outbox rows claimed per batch.", checks=[_positive])
+    poll_interval: float = _setting(
+        1.0, "Fallback poll period; LISTEN/NOTIFY wakes the relay sooner.", duration=True,
+        checks=[_positive],
+    )
+    retention: float = _setting(
+        604800.0, "Published rows older than this are deleted.", duration=True,
+        checks=[_positive],
+    )
+
+
+@attrs.frozen
+class HttpConfig:
+    listen: str = _setting(
+        "127.0.0.1:9464", "HOST:PORT of /metrics, /healthz, /readyz (loopback by default).",
+        checks=[_host_port],
+    )
+
+
+@attrs.frozen
+class LoggingConfig:
+    level: str = _setting(
+        "info", "Log level.", checks=[_one_of("debug", "info", "warning", "error")]
+    )
+    format: str = _setting("json", "json (one object per line) or console.",
+                           checks=[_one_of("json", "console")])
+
+
+@attrs.frozen
+class SupervisionConfig:
+    max_restarts: int = _setting(
+        5, "Restarts allowed per actor within restart_window before escalating.",
+        checks=[_non_negative],
+    )
+    restart_window: float = _setting(
+        60.0, "Window of the restart intensity.", duration=True, checks=[_positive]
+    )
+    shutdown_grace: float = _setting(
+        10.0, "Time in-flight work gets to commit or roll back on SIGTERM.", duration=True,
+        checks=[_positive],
+    )
+
+
+@attrs.frozen
+class TracingConfig:
+    endpoint: str = _setting("", "OTLP/HTTP traces endpoint; empty = tracing off.")
+
+
+@attrs.frozen
+class Config:
+    postgres: PostgresConfig
+    kafka: KafkaConfig = attrs.field(factory=KafkaConfig)
+    s3: S3Config = attrs.field(factory=S3Config)
+    media: MediaConfig = attrs.field(factory=MediaConfig)
+    jobs: JobsConfig = attrs.field(factory=JobsConfig)
+    outbox_relay: OutboxRelayConfig = attrs.field(factory=OutboxRelayConfig)
+    http: HttpConfig = attrs.field(factory=HttpConfig)
+    logging: LoggingConfig = attrs.field(factory=LoggingConfig)
+    supervision: SupervisionConfig = attrs.field(factory=SupervisionConfig)
+    tracing: TracingConfig = attrs.field(factory=TracingConfig)
+
+
+def _cross_checks(cfg: Config) -> Iterable[str]:
+    """Rules that involve more than one key."""
+    for name in ("recording_finalize", "conference_reaper"):
+        job = getattr(cfg.jobs, name)
+        if job.lock_ttl <= job.max_run_duration:
+            yield (
+                f"jobs.{name}.lock_ttl: must be greater than max_run_duration "
+                f"({format_duration(job.max_run_duration)}), got {format_duration(job.lock_ttl)}"
+            )
+    rf = cfg.jobs.recording_finalize
+    if rf.backoff_cap < rf.backoff_base:
+        yield (
+            f"jobs.recording_finalize.backoff_cap: must be >= backoff_base "
+            f"({format_duration(rf.backoff_base)}), got {format_duration(rf.backoff_cap)}"
+        )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _FromEnv(str):
+    """A string that came from the environment, so ``"5"`` may mean the integer 5."""
+
+
+def config_paths(cli_paths: Sequence[str | Path], env: Mapping[str, str]) -> list[Path]:
+    """The files to load: ``-c`` options in order, else ``$SAFETYNET_CONFIG``, else none."""
+    if cli_paths:
+        return [Path(p) for p in cli_paths]
+    if env.get(ENV_CONFIG_FILE):
+        return [Path(env[ENV_CONFIG_FILE])]
+    return []
+
+
+def load_config(paths: Sequence[Path], env: Mapping[str, str] | None = None) -> Config:
+    """Merge *paths* in order, apply env overrides, validate; raise :class:`ConfigError`."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    raw: dict[str, Any] = {}
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: cannot read config file: {getattr(exc, 'strerror', exc)}")
+            continue
+        try:
+            _deep_merge(raw, tomllib.loads(text))
+        except tomllib.TOMLDecodeError as exc:
+            problems.append(f"{path}: invalid TOML: {exc}")
+    for name, value in sorted(env.items()):
+        if name.startswith(ENV_PREFIX):
+            keys = [k.lower() for k in name[len(ENV_PREFIX):].split("__")]
+            if all(keys):
+                _set_path(raw, keys, _FromEnv(value), problems, name)
+            else:
+                problems.append(f"{name}: malformed variable name")
+    if problems:
+        raise ConfigError(problems)
+    cfg = _build(Config, raw, "", problems)
+    if cfg is not None and not problems:
+        problems.extend(_cross_checks(cfg))
+    if problems or cfg is None:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _deep_merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _set_path(
+    raw: dict[str, Any], keys: list[str], value: str, problems: list[str], var: str
+) -> None:
+    node = raw
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            problems.append(f"{var}: {key} is not a section")
+            return
+        node = child
+    node[keys[-1]] = value
+
+
+_C = TypeVar("_C")
+
+
+def _build(cls: type[_C], data: Any, prefix: str, problems: list[str]) -> _C | None:
+    if not isinstance(data, Mapping):
+        problems.append(f"{prefix.rstrip('.')}: expected a table, got {_type_name(data)}")
+        return None
+    fields = {f.name: f for f in attrs.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            hint = difflib.get_close_matches(key, list(fields), n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            problems.append(f"{prefix}{key}: unknown key{suggestion}")
+    kwargs: dict[str, Any] = {}
+    start = len(problems)
+    hints = attrs.resolve_types(cls)  # type: ignore[type-var]
+    for name, field in fields.items():
+        key = f"{prefix}{name}"
+        ftype: Any = attrs.fields_dict(hints)[name].type  # type: ignore[arg-type]
+        if attrs.has(ftype):
+            kwargs[name] = _build(ftype, data.get(name, {}), f"{key}.", problems)
+            continue
+        if name not in data:
+            if field.default is _REQUIRED:
+                problems.append(f"{key}: required, not set")
+            continue
+        try:
+            value = _convert(ftype, data[name], field.metadata.get("duration", False))
+        except ValueError as exc:
+            problems.append(f"{key}: {exc}")
+            continue
+        for check in field.metadata.get("checks", ()):
+            message = check(value)
+            if message:
+                problems.append(f"{key}: {message}")
+                break
+        else:
+            kwargs[name] = value
+    if len(problems) > start:
+        return None
+    return cls(**kwargs)
+
+
+def _convert(ftype: Any, value: Any, duration: bool) -> Any:
+    from_env = isinstance(value, _FromEnv)
+    if duration:
+        return parse_duration(str(value) if from_env else value)
+    if ftype is Secret:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {_type_name(value)}")
+        return Secret(str(value))
+    if ftype is bool:
+        if from_env:
+            lowered = value.strip().lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(f"expected true or false, got {str(value)!r}")
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {_type_name(value)} {value!r}")
+        return value
+    if ftype is int:
+        if from_env:
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"expected an integer, got {str(value)!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {_type_name(value)} {value!r}")
+        return value
+    if ftype is float:
+        if from_env:
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError(f"expected a number, got {str(value)!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a number, got {_type_name(value)} {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_type_name(value)} {value!r}")
+    return str(value)
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "float", str: "string", dict: "table",
+             list: "array"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    return format_duration(value) if isinstance(value, float) and value >= 0 else repr(value)
+
+
+# --------------------------------------------------------------------------- presenting
+
+
+def redacted(cfg: Any) -> dict[str, Any]:
+    """*cfg* as plain data for printing: durations spelled out, secrets masked."""
+    out: dict[str, Any] = {}
+    for field in attrs.fields(type(cfg)):
+        value = getattr(cfg, field.name)
+        if attrs.has(type(value)):
+            out[field.name] = redacted(value)
+        elif isinstance(value, Secret):
+            if field.name == "dsn":
+                out[field.name] = redact_dsn(value.reveal())
+            else:
+                out[field.name] = REDACTED if value else ""
+        elif field.metadata.get("duration"):
+            out[field.name] = format_duration(value)
+        else:
+            out[field.name] = value
+    return out
+
+
+@attrs.frozen
+class SettingDoc:
+    key: str
+    type: str
+    default: str
+    doc: str
+
+
+def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[SettingDoc]:
+    """Every setting with its type, default and doc: the README reference is made from it."""
+    rows: list[SettingDoc] = []
+    hints = attrs.fields_dict(attrs.resolve_types(cls))
+    for name, field in hints.items():
+        key = f"{prefix}{name}"
+        ftype: Any = field.type
+        default: Any = field.default
+        if attrs.has(ftype):
+            rows.extend(settings_reference(ftype, f"{key}."))
+            continue
+        duration = field.metadata.get("duration", False)
+        kind = "duration" if duration else getattr(ftype, "__name__", str(ftype))
+        kind = "secret string" if ftype is Secret else kind
+        if default is _REQUIRED:
+            shown = "(required)"
+        elif duration:
+            shown = f'"{format_duration(default)}"'
+        elif isinstance(default, Secret | str):
+            shown = f'"{default}"'
+        else:
+            shown = str(default).lower() if isinstance(default, bool) else str(default)
+        rows.append(SettingDoc(key, kind, shown, field.metadata.get("doc", "")))
+    return rows
+
+
+def reference_markdown() -> str:
+    """The configuration reference table, as it stands in README.md."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for row in settings_reference():
+        lines.append(f"| `{row.key}` | {row.type} | `{row.default}` | {row.doc} |")
+    return "\n".join(lines)

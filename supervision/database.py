@@ -1,0 +1,134 @@
+"""PostgreSQL from Trio: synchronous psycopg in worker threads, one transaction per call.
+
+>>> async with open_database(dsn, size=4) as db:
+...     n = await db.atomic(mark_done, row_id)   # mark_done(conn, row_id) runs in a thread
+
+Why threads and not psycopg's AsyncConnection over trio-asyncio: the whole transaction
+crosses into a thread once, while the asyncio bridge pays per statement; measured in
+``bench/pg_bridge.py`` (see README) the thread design is clearly faster. A unit of work
+is a plain function ``fn(conn, *args)`` that runs inside ``conn.transaction()``: it
+commits when *fn* returns and rolls back when it raises.
+
+What cancellation does: :meth:`Database.atomic` runs under
+:func:`~supervision.shielding.must_complete`, so a soft cancel waits for the transaction
+to commit or roll back; a hard stop sends PostgreSQL a cancel request, the statement in
+flight fails, and the transaction rolls back. :meth:`Database.run` is for reads and
+non-critical writes: cancelling it abandons the thread (which finishes in the background,
+and the cancel request makes that quick).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Concatenate, ParamSpec, TypeVar
+
+import psycopg
+import psycopg_pool
+import trio
+
+from supervision.errors import InfrastructureError
+from supervision.shielding import current_guard, must_complete
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Work = Callable[Concatenate[psycopg.Connection, P], T]
+
+
+class _InFlight:
+    """The connection a worker thread is using, so Trio can send a cancel request."""
+
+    def __init__(self) -> None:
+        self.conn: psycopg.Connection | None = None
+
+    def abort(self) -> None:
+        conn = self.conn
+        if conn is not None:
+            threading.Thread(target=_cancel_quietly, args=(conn,), daemon=True).start()
+
+
+def _cancel_quietly(conn: psycopg.Connection) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):  # already gone: nothing to cancel
+        conn.cancel_safe(timeout=5.0)
+
+
+class Database:
+    """A small pool of synchronous connections driven from Trio worker threads."""
+
+    def __init__(self, dsn: str, *, size: int = 4, name: str = "safetynet",
+                 connect_timeout: float = 5.0) -> None:
+        self._pool = psycopg_pool.ConnectionPool(
+            dsn, min_size=1, max_size=size, open=False, name=name, timeout=connect_timeout,
+            check=psycopg_pool.ConnectionPool.check_connection,
+            kwargs={"autocommit": True, "application_name": name,
+                    "connect_timeout": max(1, int(connect_timeout))},
+        )
+        self._limiter = trio.CapacityLimiter(size)
+
+    async def open(self) -> None:
+        """Start the pool; connections are made in the background (no wait for the server)."""
+        await trio.to_thread.run_sync(lambda: self._pool.open(wait=False))
+
+    async def close(self) -> None:
+        await trio.to_thread.run_sync(self._pool.close)
+
+    async def atomic(self, fn: Work[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(conn, *args)`` as one transaction that commits whole or not at all."""
+        async with must_complete():
+            return await self._call(fn, True, *args, **kwargs)
+
+    async def run(self, fn: Work[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Like :meth:`atomic` but cancellable at once (for reads and idempotent writes)."""
+        return await self._call(fn, False, *args, **kwargs)
+
+    async def _call(self, fn: Work[P, T], shielded: bool, *args: P.args,
+                    **kwargs: P.kwargs) -> T:
+        in_flight = _InFlight()
+
+        def work() -> T:
+            try:
+                with self._pool.connection() as conn:
+                    in_flight.conn = conn
+                    try:
+                        with conn.transaction():
+                            return fn(conn, *args, **kwargs)
+                    finally:
+                        in_flight.conn = None
+            except (psycopg.OperationalError, psycopg.InterfaceError,
+                    psycopg_pool.PoolTimeout) as exc:
+                raise InfrastructureError(
+                    f"postgres: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+        with current_guard().on_hard_stop(in_flight.abort):
+            if shielded:
+                # Inside must_complete: the shield keeps soft cancels out; a hard stop
+                # cancels this scope, and abandoning the thread is safe because the
+                # cancel request above rolls its transaction back.
+                return await trio.to_thread.run_sync(
+                    work, limiter=self._limiter, abandon_on_cancel=True)
+            try:
+                return await trio.to_thread.run_sync(
+                    work, limiter=self._limiter, abandon_on_cancel=True)
+            except trio.Cancelled:
+                in_flight.abort()
+                raise
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@asynccontextmanager
+async def open_database(dsn: str, *, size: int = 4, name: str = "safetynet",
+                        connect_timeout: float = 5.0) -> AsyncIterator[Database]:
+    """A :class:`Database` that is closed on every exit path."""
+    db = Database(dsn, size=size, name=name, connect_timeout=connect_timeout)
+    await db.open()
+    try:
+        yield db
+    finally:
+        with trio.CancelScope(shield=True):
+            await db.close()

@@ -1,0 +1,39 @@
+"""The exception tree of safetynet: one root, one subclass per concern.
+
+Driver errors (psycopg, httpx, aiokafka) are translated into these at the boundary
+that talks to the driver, so callers decide on *kinds* of failure, never on a
+driver's class hierarchy. Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class SafetynetError(Exception):
+    """safetynet failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigError(SafetynetError):
+    """The configuration is invalid."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems) or None)
+
+
+class MigrationError(SafetynetError):
+    """The database schema could not be migrated."""
+
+
+class InfrastructureError(SafetynetError):
+    """A server safetynet depends on (PostgreSQL, S3, Kafka) failed or is unreachable."""
+
+
+class ConfigurationFault(SafetynetError):
+    """A dependency is misconfigured (missing bucket, access denied); retrying will not help."""
+
+
+class NotYetAvailable(SafetynetError):
+    """This command is not available yet in this version of safetynet."""

@@ -1,0 +1,38 @@
+"""structlog set-up: JSON lines by default, a console renderer for ``safetynet dev``.
+
+Every line carries ``timestamp``, ``level`` and ``event``; actors bind ``actor`` and, for
+the length of a cycle, ``job_run_id`` (via :mod:`structlog.contextvars`, which follows
+Trio tasks because Trio gives each task its own context copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR}
+
+
+def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Route every structlog logger to *stream* (stderr by default) in *fmt*."""
+    renderer: Any
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=(stream or sys.stderr).isatty())
+    else:
+        renderer = structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        cache_logger_on_first_use=False,
+    )

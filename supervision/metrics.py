@@ -1,0 +1,48 @@
+"""Every Prometheus metric safetynet exports, declared once (names are part of the contract).
+
+Exposition is prometheus-client's own (:func:`prometheus_client.generate_latest`), served by
+the metrics exporter actor; nothing here formats text by hand. prometheus-client adds the
+``_total`` suffix to counters: ``Counter("x_reconciled")`` is exported as
+``x_reconciled_total``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# ---- supervision (SPEC §8)
+ACTOR_RESTARTS = Counter(
+    "safetynet_actor_restarts", "Restarts of a supervised actor.", ["actor"])
+LOCK_HELD = Gauge(
+    "safetynet_lock_held", "1 while this process holds the job's advisory lock.", ["job"])
+CONFIG_FAULT = Gauge(
+    "safetynet_config_fault", "1 while a dependency is misconfigured (readiness is 503).",
+    ["component"])
+
+# ---- recording-finalize (seed: Observability)
+RF_BACKLOG = Gauge(
+    "messenger_recording_finalize_backlog", "Pending recording finalize rows.")
+RF_OLDEST_AGE = Gauge(
+    "messenger_recording_finalize_oldest_age_seconds",
+    "now - min(created_at) of the Pending finalize rows.")
+RF_RECONCILED = Counter(
+    "messenger_recording_finalize_reconciled", "Recordings reconciled to Available.")
+RF_FAILED = Counter(
+    "messenger_recording_finalize_failed", "Recordings failed with Timeout (no binary).")
+RF_REPUBLISHED = Counter(
+    "messenger_recording_finalize_republished",
+    "Available recordings whose missing event was enqueued again.")
+RF_QUARANTINED = Counter(
+    "messenger_recording_finalize_quarantined", "Finalize rows quarantined (poison).")
+RF_RUNS = Counter(
+    "messenger_recording_finalize_run", "Recording finalize cycles run.", ["status"])
+RF_CYCLE_DURATION = Histogram(
+    "messenger_recording_finalize_cycle_duration_seconds",
+    "Duration of one recording finalize cycle.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 300))
+RF_TRANSIENT = Counter(
+    "safetynet_recording_finalize_transient",
+    "Transient object-storage failures during reconcile (row rescheduled).")
+S3_BREAKER_OPEN = Gauge(
+    "safetynet_s3_breaker_open",
+    "1 while the object-storage outage breaker stops claiming reconcile work.")

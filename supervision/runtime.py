@@ -1,0 +1,79 @@
+"""The root of the process: asyncio bridge, signals, graceful shutdown, exit codes.
+
+>>> exit_code = trio.run(serve_root, tree_spec, 10.0)
+
+Shutdown, step by step:
+
+1. First SIGTERM/SIGINT: the root supervisor is cancelled. Claimers stop at their next
+   checkpoint (no new work is claimed); every in-flight ``must_complete`` block (a row's
+   or a batch's transaction) runs to commit or rollback; supervisors stop their children
+   in reverse start order; lock keepers release their advisory locks; pools close.
+2. ``shutdown_grace`` after the first signal, whatever is still running is hard-stopped
+   (PostgreSQL cancel requests: unfinished transactions roll back).
+3. A second signal hard-stops at once.
+
+Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
+intensity, logged with the actor's name and last error).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import structlog
+import trio
+
+from supervision.bridge import open_asyncio_bridge
+from supervision.shielding import StopGuard, guarded_by
+from supervision.spec import SupervisorSpec
+from supervision.supervisor import RestartIntensityExceeded, describe, serve_supervisor
+
+log = structlog.get_logger("runtime")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
+    """Run *tree* until a signal stops it (0) or it fails (1)."""
+    guard = StopGuard()
+    failure: RestartIntensityExceeded | None = None
+    try:
+        with guarded_by(guard), trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
+            async with open_asyncio_bridge(), trio.open_nursery() as nursery:
+                tree_scope = trio.CancelScope()
+
+                async def run_tree() -> None:
+                    with tree_scope:
+                        await serve_supervisor(tree)
+                    nursery.cancel_scope.cancel()
+
+                async def hard_stop_after_grace() -> None:
+                    await trio.sleep(shutdown_grace)
+                    if guard.in_flight:
+                        log.warning("shutdown_grace_expired", in_flight=guard.in_flight)
+                    guard.hard_stop()
+
+                nursery.start_soon(run_tree)
+                log.info("daemon_started", supervisor=tree.name)
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if not tree_scope.cancel_called:
+                        log.info("shutdown_requested", signal=name,
+                                 grace_s=shutdown_grace)
+                        tree_scope.cancel()
+                        nursery.start_soon(hard_stop_after_grace)
+                    else:
+                        log.warning("shutdown_forced", signal=name, in_flight=guard.in_flight)
+                        guard.hard_stop()
+    except* RestartIntensityExceeded as group:
+        first = group.exceptions[0]
+        assert isinstance(first, RestartIntensityExceeded)
+        failure = first
+    if failure is not None:
+        log.critical("daemon_failed", actor=failure.actor, supervisor=failure.supervisor,
+                     error=describe(failure.last_error))
+        return EXIT_FAILED
+    log.info("daemon_stopped")
+    return EXIT_OK

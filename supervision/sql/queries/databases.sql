@@ -1,0 +1,2 @@
+-- name: database_exists --
+SELECT 1 FROM pg_database WHERE datname = %(name)s;

@@ -1,0 +1,215 @@
+-- name: db_now --
+-- AsOf of a cycle: the database clock, never the host's.
+SELECT now();
+
+-- name: finalize_attempts_claim_due --
+-- One short transaction per batch. Takes up to batch_size due Pending rows in
+-- next_attempt_at order (skipping rows another runner or an in-flight callback holds),
+-- decides each row's phase from its recording and session, and
+--   * for rows that are work now (reconcile, republish, terminal, poison): pre-increments
+--     attempts and moves next_attempt_at by the back-off of that attempt;
+--   * for recordings whose session has not ended, or ended less than the SLA ago: only
+--     reschedules (not an attempt): to ended_at + SLA, or AsOf + recheck when not ended.
+-- Returns every claimed row with its phase and the values needed to undo the claim, and
+-- (on every row, or on one all-NULL row when nothing was claimed) how many of the first
+-- batch_size due rows were skipped because another transaction holds them.
+WITH candidates AS (
+    SELECT a.id
+    FROM messenger.recording_finalize_attempts a
+    WHERE a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
+      AND (NOT %(s3_down)s OR EXISTS (
+          SELECT 1 FROM messenger.call_recordings r
+          WHERE r.id = a.recording_id AND r.status IN ('Available', 'Failed')))
+    ORDER BY a.next_attempt_at, a.id
+    LIMIT %(batch_size)s
+),
+due AS (
+    SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at
+    FROM messenger.recording_finalize_attempts a
+    WHERE a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
+      -- while object storage is down, only rows that need no HEAD are claimed
+      AND (NOT %(s3_down)s OR EXISTS (
+          SELECT 1 FROM messenger.call_recordings r
+          WHERE r.id = a.recording_id AND r.status IN ('Available', 'Failed')))
+    ORDER BY a.next_attempt_at, a.id
+    LIMIT %(batch_size)s
+    FOR UPDATE OF a SKIP LOCKED
+),
+classified AS (
+    SELECT d.id, d.attempts AS old_attempts, d.next_attempt_at AS old_next_attempt_at,
+           r.id AS found_recording_id, r.status AS recording_status,
+           s.ended_at AS session_ended_at,
+           CASE
+               WHEN r.id IS NULL THEN 'poison'
+               WHEN r.status IN ('Available', 'Failed') THEN 'terminal'
+               WHEN s.ended_at IS NULL
+                    OR s.ended_at > %(as_of)s - %(sla)s * interval '1 second' THEN 'wait'
+               ELSE 'reconcile'
+           END AS phase
+    FROM due d
+    LEFT JOIN messenger.call_recordings r ON r.id = d.recording_id
+    LEFT JOIN LATERAL (
+        SELECT cs.ended_at FROM messenger.call_sessions cs
+        WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
+        UNION ALL
+        SELECT cf.ended_at FROM messenger.conference_sessions cf
+        WHERE r.session_kind = 'Conference' AND cf.id = r.session_id
+    ) s ON true
+),
+claimed AS (
+    UPDATE messenger.recording_finalize_attempts a
+    SET attempts = CASE WHEN c.phase = 'wait' THEN a.attempts ELSE a.attempts + 1 END,
+        next_attempt_at = CASE
+            WHEN c.phase = 'wait' AND c.session_ended_at IS NOT NULL
+                THEN c.session_ended_at + %(sla)s * interval '1 second'
+            WHEN c.phase = 'wait'
+                THEN %(as_of)s + %(recheck)s * interval '1 second'
+            ELSE %(as_of)s + LEAST(%(backoff_cap)s,
+                                   %(backoff_base)s * power(%(backoff_factor)s::float8, a.attempts))
+                             * (1 + %(backoff_jitter)s * (2 * random() - 1)) * interval '1 second'
+        END,
+        updated_at = now()
+    FROM classified c
+    WHERE a.id = c.id
+    RETURNING a.id, a.recording_id, a.session_kind, a.session_id, a.attempts,
+              a.next_attempt_at, c.old_attempts, c.old_next_attempt_at, c.phase,
+              c.recording_status
+)
+SELECT c.*, k.skipped_locked
+FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM due))
+          AS skipped_locked) k
+LEFT JOIN claimed c ON true
+ORDER BY c.old_next_attempt_at, c.id;
+
+-- name: finalize_attempts_unclaim --
+-- A configuration fault is not an attempt: give the row back exactly as it was.
+UPDATE messenger.recording_finalize_attempts
+SET attempts = %(old_attempts)s, next_attempt_at = %(old_next_attempt_at)s, updated_at = now()
+WHERE id = %(id)s AND status = 'Pending';
+
+-- name: finalize_attempts_record_transient --
+-- A transient failure keeps the row Pending (next_attempt_at was moved at claim), or
+-- quarantines it once it has used max_attempts.
+UPDATE messenger.recording_finalize_attempts
+SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'Quarantined' ELSE 'Pending' END,
+    last_error = %(last_error)s,
+    updated_at = now()
+WHERE id = %(id)s AND status = 'Pending'
+RETURNING status;
+
+-- name: finalize_attempts_quarantine --
+UPDATE messenger.recording_finalize_attempts
+SET status = 'Quarantined', last_error = %(last_error)s, updated_at = now()
+WHERE id = %(id)s AND status = 'Pending'
+RETURNING status;
+
+-- name: finalize_attempts_publish_available --
+-- The whole outcome of a row whose recording is (or becomes) Available, in one statement:
+--   upd: with %(transition)s, Pending/Recording/Uploading -> Available adopting the object's
+--        metadata (the status guard makes a second transition a no-op);
+--   src: the recording as it now is, if Available (just now, or already);
+--   ob:  its call-recording-available outbox row, unless one exists (idempotent by
+--        RecordingId through ux_outbox_dedupe);
+--   rt:  realtime RecordingAvailable, only when this statement enqueued the event;
+--   fin: the finalize row -> Done.
+WITH upd AS (
+    UPDATE messenger.call_recordings
+    SET status = 'Available', file_id = %(file_id)s, size_bytes = %(size_bytes)s,
+        duration_seconds = %(duration_seconds)s, format = %(format)s,
+        available_at = now(), updated_at = now()
+    WHERE id = %(recording_id)s AND %(transition)s
+      AND status IN ('Pending', 'Recording', 'Uploading')
+    RETURNING *
+),
+src AS (
+    SELECT * FROM upd
+    UNION ALL
+    SELECT r.* FROM messenger.call_recordings r
+    WHERE r.id = %(recording_id)s AND r.status = 'Available' AND NOT EXISTS (SELECT 1 FROM upd)
+),
+ob AS (
+    INSERT INTO messenger.integration_outbox
+        (topic, message_key, dedupe_key, event_type, payload, headers)
+    SELECT %(topic)s, s.session_id::text, s.id::text, 'CallRecordingAvailable',
+           jsonb_build_object(
+               'RecordingId', s.id, 'SessionKind', s.session_kind, 'SessionId', s.session_id,
+               'ChatId', s.chat_id, 'DealId', s.deal_id, 'TenantId', s.tenant_id,
+               'MediaType', s.media_type, 'FileId', s.file_id, 'Format', s.format,
+               'DurationSeconds', s.duration_seconds, 'SizeBytes', s.size_bytes,
+               'Trigger', s.trigger,
+               'StartedAt', to_char(s.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'EndedAt', to_char(s.ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'AvailableAt', to_char(s.available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+           %(headers)s::jsonb
+    FROM src s
+    ON CONFLICT (topic, dedupe_key) DO NOTHING
+    RETURNING id
+),
+rt AS (
+    INSERT INTO messenger.realtime_outbox
+        (kind, target_kind, chat_id, session_kind, reference_id, payload)
+    SELECT 'RecordingAvailable',
+           CASE WHEN s.chat_id IS NULL THEN 'Session' ELSE 'ChatGroup' END,
+           s.chat_id, s.session_kind, s.id,
+           jsonb_build_object('RecordingId', s.id, 'SessionId', s.session_id,
+                              'SessionKind', s.session_kind, 'Status', 'Available')
+    FROM src s
+    WHERE EXISTS (SELECT 1 FROM ob)
+    RETURNING id
+),
+fin AS (
+    UPDATE messenger.recording_finalize_attempts
+    SET status = 'Done', last_error = NULL, updated_at = now()
+    WHERE id = %(attempt_id)s AND status = 'Pending'
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM upd) AS transitioned,
+       (SELECT count(*) FROM ob) AS enqueued,
+       (SELECT count(*) FROM fin) AS closed;
+
+-- name: finalize_attempts_fail_timeout --
+-- Missing binary after the SLA: -> Failed/Timeout (guarded), realtime RecordingFailed,
+-- finalize row -> Done. No Kafka event: the contract has none for failures.
+WITH upd AS (
+    UPDATE messenger.call_recordings
+    SET status = 'Failed', failure_reason = 'Timeout', updated_at = now()
+    WHERE id = %(recording_id)s AND status IN ('Pending', 'Recording', 'Uploading')
+    RETURNING *
+),
+rt AS (
+    INSERT INTO messenger.realtime_outbox
+        (kind, target_kind, chat_id, session_kind, reference_id, payload)
+    SELECT 'RecordingFailed',
+           CASE WHEN u.chat_id IS NULL THEN 'Session' ELSE 'ChatGroup' END,
+           u.chat_id, u.session_kind, u.id,
+           jsonb_build_object('RecordingId', u.id, 'SessionId', u.session_id,
+                              'SessionKind', u.session_kind, 'Status', 'Failed',
+                              'FailureReason', 'Timeout')
+    FROM upd u
+    RETURNING id
+),
+fin AS (
+    UPDATE messenger.recording_finalize_attempts
+    SET status = 'Done', last_error = NULL, updated_at = now()
+    WHERE id = %(attempt_id)s AND status = 'Pending'
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM upd) AS transitioned,
+       (SELECT count(*) FROM rt) AS enqueued,
+       (SELECT count(*) FROM fin) AS closed;
+
+-- name: finalize_attempts_requeue --
+-- Runbook re-enqueue: Pending, attempts 0, due now.
+UPDATE messenger.recording_finalize_attempts
+SET status = 'Pending', attempts = 0, next_attempt_at = now(), last_error = NULL,
+    updated_at = now()
+WHERE id = ANY(%(ids)s)
+RETURNING id, status;
+
+-- name: finalize_attempts_stats --
+SELECT count(*) FILTER (WHERE status = 'Pending') AS backlog,
+       count(*) FILTER (WHERE status = 'Pending' AND next_attempt_at <= now()) AS due,
+       count(*) FILTER (WHERE status = 'Quarantined') AS quarantined,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'Pending')), 0)
+           AS oldest_age_seconds
+FROM messenger.recording_finalize_attempts;

@@ -1,0 +1,18 @@
+-- name: schema_migrations_lock --
+-- Serialises concurrent `safetynet migrate` runs for the length of the transaction.
+SELECT pg_advisory_xact_lock(hashtext('safetynet.migrate'));
+
+-- name: schema_migrations_create --
+CREATE SCHEMA IF NOT EXISTS safetynet;
+CREATE TABLE IF NOT EXISTS safetynet.schema_migrations (
+    version int PRIMARY KEY,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_migrations_list --
+SELECT version, name, checksum FROM safetynet.schema_migrations ORDER BY version;
+
+-- name: schema_migrations_insert --
+INSERT INTO safetynet.schema_migrations (version, name, checksum) VALUES (%(version)s, %(name)s, %(checksum)s);

@@ -1,0 +1,242 @@
+"""`safetynet migrate` creates SPEC §2 exactly, checked from the catalog, and is idempotent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from supervision.errors import MigrationError
+from supervision.migrate import migrate, migrations
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# table -> [(column, type as format_type() prints it, NOT NULL, default or None)]
+EXPECTED_COLUMNS: dict[str, list[tuple[str, str, bool, str | None]]] = {
+    "call_sessions": [
+        ("id", "uuid", True, None), ("chat_id", "uuid", False, None),
+        ("deal_id", "uuid", False, None), ("tenant_id", "uuid", False, None),
+        ("status", "character varying(16)", True, None),
+        ("started_at", "timestamp with time zone", False, None),
+        ("ended_at", "timestamp with time zone", False, None),
+        ("created_at", "timestamp with time zone", True, None),
+        ("updated_at", "timestamp with time zone", True, None),
+    ],
+    "conference_sessions": [
+        ("id", "uuid", True, None), ("chat_id", "uuid", True, None),
+        ("deal_id", "uuid", True, None), ("tenant_id", "uuid", False, None),
+        ("media_type", "character varying(8)", True, None),
+        ("status", "character varying(16)", True, None),
+        ("end_reason", "character varying(16)", False, None),
+        ("started_by_user_id", "uuid", True, None),
+        ("created_at", "timestamp with time zone", True, None),
+        ("started_at", "timestamp with time zone", False, None),
+        ("last_activity_at", "timestamp with time zone", True, None),
+        ("active_participant_count", "integer", True, "0"),
+        ("peak_participant_count", "integer", True, "0"),
+        ("ended_at", "timestamp with time zone", False, None),
+        ("duration_seconds", "integer", False, None),
+        ("updated_at", "timestamp with time zone", True, None),
+    ],
+    "conference_participants": [
+        ("conference_id", "uuid", True, None), ("user_id", "uuid", True, None),
+        ("role", "character varying(16)", True, "'Participant'::character varying"),
+        ("joined_at", "timestamp with time zone", True, None),
+        ("left_at", "timestamp with time zone", False, None),
+    ],
+    "call_recordings": [
+        ("id", "uuid", True, None), ("session_kind", "character varying(12)", True, None),
+        ("session_id", "uuid", True, None), ("chat_id", "uuid", False, None),
+        ("deal_id", "uuid", False, None), ("tenant_id", "uuid", False, None),
+        ("media_type", "character varying(8)", True, None),
+        ("trigger", "character varying(16)", True, None),
+        ("status", "character varying(16)", True, None), ("file_id", "text", False, None),
+        ("size_bytes", "bigint", False, None), ("duration_seconds", "integer", False, None),
+        ("format", "character varying(8)", False, None),
+        ("failure_reason", "character varying(24)", False, None),
+        ("started_at", "timestamp with time zone", False, None),
+        ("ended_at", "timestamp with time zone", False, None),
+        ("available_at", "timestamp with time zone", False, None),
+        ("created_at", "timestamp with time zone", True, None),
+        ("updated_at", "timestamp with time zone", True, None),
+    ],
+    "recording_finalize_attempts": [
+        ("id", "uuid", True, None), ("recording_id", "uuid", True, None),
+        ("session_kind", "character varying(12)", True, None),
+        ("session_id", "uuid", True, None),
+        ("status", "character varying(16)", True, "'Pending'::character varying"),
+        ("attempts", "integer", True, "0"),
+        ("next_attempt_at", "timestamp with time zone", True, None),
+        ("last_error", "character varying(512)", False, None),
+        ("created_at", "timestamp with time zone", True, None),
+        ("updated_at", "timestamp with time zone", True, None),
+    ],
+    "integration_outbox": [
+        ("id", "bigint", True, None), ("topic", "text", True, None),
+        ("message_key", "text", True, None), ("dedupe_key", "text", True, None),
+        ("event_type", "text", True, None), ("payload", "jsonb", True, None),
+        ("headers", "jsonb", True, "'{}'::jsonb"),
+        ("created_at", "timestamp with time zone", True, "now()"),
+        ("published_at", "timestamp with time zone", False, None),
+        ("publish_attempts", "integer", True, "0"),
+        ("last_error", "character varying(512)", False, None),
+    ],
+    "realtime_outbox": [
+        ("id", "bigint", True, None), ("kind", "character varying(32)", True, None),
+        ("target_kind", "character varying(16)", True, None),
+        ("chat_id", "uuid", False, None),
+        ("session_kind", "character varying(12)", True, None),
+        ("reference_id", "uuid", True, None),
+        ("payload", "jsonb", True, "'{}'::jsonb"),
+        ("created_at", "timestamp with time zone", True, "now()"),
+        ("dispatched_at", "timestamp with time zone", False, None),
+    ],
+}
+
+# index -> (table, unique, columns, predicate or None)
+EXPECTED_INDEXES = {
+    "ix_conf_active": ("conference_sessions", False, ["status", "last_activity_at"],
+                       "((status)::text = ANY ((ARRAY['Provisioning'::character varying, "
+                       "'Active'::character varying])::text[]))"),
+    "ix_recording_active": ("call_recordings", False, ["session_kind", "session_id"],
+                            "((status)::text = ANY ((ARRAY['Pending'::character varying, "
+                            "'Recording'::character varying, "
+                            "'Uploading'::character varying])::text[]))"),
+    "ux_rfa_recording": ("recording_finalize_attempts", True, ["recording_id"], None),
+    "ix_rfa_due": ("recording_finalize_attempts", False, ["status", "next_attempt_at"], None),
+    "ux_outbox_dedupe": ("integration_outbox", True, ["topic", "dedupe_key"], None),
+    "ix_outbox_unpublished": ("integration_outbox", False, ["id"], "(published_at IS NULL)"),
+}
+
+PRIMARY_KEYS = {
+    "call_sessions": ["id"], "conference_sessions": ["id"],
+    "conference_participants": ["conference_id", "user_id"], "call_recordings": ["id"],
+    "recording_finalize_attempts": ["id"], "integration_outbox": ["id"],
+    "realtime_outbox": ["id"],
+}
+
+COLUMNS_SQL = """
+SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       pg_get_expr(d.adbin, d.adrelid), a.attidentity
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE n.nspname = 'messenger' AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY c.relname, a.attnum
+"""
+
+INDEXES_SQL = """
+SELECT i.relname, t.relname, x.indisunique, x.indisprimary,
+       array(SELECT a.attname FROM unnest(x.indkey) WITH ORDINALITY k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum ORDER BY k.ord),
+       pg_get_expr(x.indpred, x.indrelid)
+FROM pg_index x
+JOIN pg_class i ON i.oid = x.indexrelid
+JOIN pg_class t ON t.oid = x.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE n.nspname = 'messenger'
+"""
+
+
+def catalog(dsn: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(COLUMNS_SQL).fetchall(), conn.execute(INDEXES_SQL).fetchall()
+
+
+def test_migrate_creates_every_table_and_column_of_spec(empty_db_dsn: str) -> None:
+    """Tables, column order, types, nullability and defaults equal SPEC §2."""
+    migrate(empty_db_dsn)
+    columns, _ = catalog(empty_db_dsn)
+    found: dict[str, list[tuple[str, str, bool, str | None]]] = {}
+    identity: dict[str, str] = {}
+    for table, column, ctype, notnull, default, ident in columns:
+        found.setdefault(str(table), []).append((str(column), str(ctype), bool(notnull),
+                                                  default and str(default)))
+        if ident:
+            identity[f"{table}.{column}"] = str(ident)
+    assert found == EXPECTED_COLUMNS
+    assert identity == {"integration_outbox.id": "a", "realtime_outbox.id": "a"}
+
+
+def test_migrate_creates_every_index_with_its_predicate(empty_db_dsn: str) -> None:
+    """Named indexes, uniqueness, columns and partial-index predicates equal SPEC §2."""
+    migrate(empty_db_dsn)
+    _, indexes = catalog(empty_db_dsn)
+    named = {str(name): (str(table), bool(unique), list(cols), pred)  # type: ignore[call-overload]
+             for name, table, unique, primary, cols, pred in indexes if not primary}
+    primaries = {str(table): list(cols)  # type: ignore[call-overload]
+                 for _, table, _, primary, cols, _ in indexes if primary}
+    assert named == EXPECTED_INDEXES
+    assert primaries == PRIMARY_KEYS
+
+
+def test_migrate_adds_attempts_check_and_participants_foreign_key(empty_db_dsn: str) -> None:
+    """attempts >= 0 is enforced and participants reference their conference."""
+    migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn) as conn:
+        checks = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = 'messenger.recording_finalize_attempts'::regclass "
+            "AND contype = 'c'").fetchall()
+        fks = conn.execute(
+            "SELECT confrelid::regclass::text FROM pg_constraint "
+            "WHERE conrelid = 'messenger.conference_participants'::regclass "
+            "AND contype = 'f'").fetchall()
+    assert checks == [("CHECK ((attempts >= 0))",)]
+    assert fks == [("messenger.conference_sessions",)]
+
+
+def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
+    """A second run applies nothing and leaves the catalog unchanged."""
+    first = migrate(empty_db_dsn)
+    before = catalog(empty_db_dsn)
+    second = migrate(empty_db_dsn)
+    assert [m.version for m in first] == [m.version for m in migrations()]
+    assert second == []
+    assert catalog(empty_db_dsn) == before
+
+
+def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
+    """Bookkeeping lives in the safetynet schema, not among the contract's tables."""
+    migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn) as conn:
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_schema IN ('messenger', 'safetynet') ORDER BY 1, 2").fetchall()
+    assert tables == [("messenger", t) for t in sorted(EXPECTED_COLUMNS)] + [
+        ("safetynet", "schema_migrations")]
+
+
+def test_edited_migration_is_refused(empty_db_dsn: str) -> None:
+    """A migration whose file changed after it was applied stops migrate with a clear error."""
+    migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn) as conn:
+        conn.execute("UPDATE safetynet.schema_migrations SET checksum = 'x' WHERE version = 1")
+    with pytest.raises(MigrationError, match="changed after it was applied"):
+        migrate(empty_db_dsn)
+
+
+def test_migrate_command_applies_then_reports_up_to_date(empty_db_dsn: str) -> None:
+    """The CLI verb migrates, exits 0, and says so; the second run is a no-op."""
+    env = {"SAFETYNET__POSTGRES__DSN": empty_db_dsn, "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "supervision", "migrate"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["applied 0001_messenger_schema"]
+    assert (second.returncode, second.stdout.strip()) == (0, "schema is up to date")
+
+
+def test_migrate_against_unreachable_server_exits_1_without_traceback() -> None:
+    """A database that does not answer is one error line and exit 1."""
+    env = {"SAFETYNET__POSTGRES__DSN": "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2",
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "supervision", "migrate"], capture_output=True,
+                          text=True, env=env, cwd=ROOT, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: migration failed: OperationalError")
+    assert "Traceback" not in proc.stderr and "pw" not in proc.stderr.replace("password", "")

@@ -1,0 +1,105 @@
+"""Session-scoped pytest fixtures that run the real dev stack (see ``supervision.devstack``).
+
+Nothing starts until a test asks for ``pg_server``, ``kafka_server``, ``s3_server`` or
+``dev_stack``; each server then starts once per session and is stopped at session end
+(fixture finalizer, which pytest also runs on Ctrl-C, backed by devstack's ``atexit``
+hook and the children's parent-death signal). ``dev_stack`` starts whatever is still
+missing of the three in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from supervision.devstack import (
+    DevStack,
+    KafkaServer,
+    PostgresServer,
+    S3Server,
+    start_all,
+    stop_all,
+)
+
+__all__ = [
+    "dev_stack",
+    "devstack_manager",
+    "kafka_server",
+    "pg_server",
+    "s3_server",
+    "stack_dir",
+]
+
+
+class LazyStack:
+    """Starts each server on first request; a failed start is re-raised, not retried."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.stack = DevStack(None, None, None)
+        self._base_dir = base_dir
+        self._failures: dict[str, BaseException] = {}
+
+    def ensure(self, *names: str) -> DevStack:
+        for name in names:
+            if name in self._failures:
+                raise self._failures[name]
+        new: dict[str, PostgresServer | KafkaServer | S3Server] = {}
+        if "postgres" in names and self.stack.postgres is None:
+            new["postgres"] = PostgresServer(self._base_dir)
+        if "kafka" in names and self.stack.kafka is None:
+            new["kafka"] = KafkaServer(self._base_dir)
+        if "s3" in names and self.stack.s3 is None:
+            new["s3"] = S3Server(self._base_dir)
+        try:
+            start_all(new.values())
+        except BaseException as exc:
+            self._failures.update(dict.fromkeys(new, exc))
+            raise
+        for name, server in new.items():
+            setattr(self.stack, name, server)
+        return self.stack
+
+    def close(self) -> None:
+        stop_all(self.stack.servers())
+
+
+@pytest.fixture(scope="session")
+def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("devstack")
+
+
+@pytest.fixture(scope="session")
+def devstack_manager(stack_dir: Path) -> Iterator[LazyStack]:
+    manager = LazyStack(stack_dir)
+    try:
+        yield manager
+    finally:
+        manager.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server(devstack_manager: LazyStack) -> PostgresServer:
+    server = devstack_manager.ensure("postgres").postgres
+    assert server is not None
+    return server
+
+
+@pytest.fixture(scope="session")
+def kafka_server(devstack_manager: LazyStack) -> KafkaServer:
+    server = devstack_manager.ensure("kafka").kafka
+    assert server is not None
+    return server
+
+
+@pytest.fixture(scope="session")
+def s3_server(devstack_manager: LazyStack) -> S3Server:
+    server = devstack_manager.ensure("s3").s3
+    assert server is not None
+    return server
+
+
+@pytest.fixture(scope="session")
+def dev_stack(devstack_manager: LazyStack) -> DevStack:
+    return devstack_manager.ensure("postgres", "kafka", "s3")

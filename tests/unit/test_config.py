@@ -1,0 +1,296 @@
+"""Configuration loading, validation, overrides and redaction (no servers)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+from click.testing import CliRunner
+
+from supervision.cli import main
+from supervision.config import (
+    EXIT_CONFIG,
+    Config,
+    load_config,
+    redacted,
+    reference_markdown,
+    settings_reference,
+)
+from supervision.durations import format_duration, parse_duration
+from supervision.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+DSN = "postgresql://app:s3cr3t-pw@127.0.0.1:5432/messenger"
+
+
+def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def problems_of(paths: list[Path], env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(paths, env or {})
+    return info.value.problems
+
+
+def base(tmp_path: Path, extra: str = "") -> Path:
+    return write(tmp_path, f'[postgres]\ndsn = "{DSN}"\n{extra}', "base.toml")
+
+
+def test_defaults_match_spec_section_6(tmp_path: Path) -> None:
+    """Every default equals the value SPEC §6 lists."""
+    cfg = load_config([base(tmp_path)], {})
+    rf, cr = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper
+    assert (rf.polling_interval, rf.batch_size, rf.max_attempts) == (60, 100, 8)
+    assert (rf.finalize_sla_timeout, rf.backoff_base, rf.backoff_cap) == (1800, 60, 900)
+    assert (rf.backoff_factor, rf.backoff_jitter, rf.lock_ttl, rf.max_run_duration) == (
+        2.0, 0.2, 300, 180)
+    assert (cr.polling_interval, cr.empty_room_grace, cr.provision_timeout) == (30, 90, 120)
+    assert (cr.stale_live_timeout, cr.lock_ttl, cr.max_run_duration) == (14400, 120, 30)
+    assert cfg.s3.key_prefix == "call-recordings/" and cfg.s3.concurrency == 8
+    assert cfg.outbox_relay.batch_size == 500 and cfg.outbox_relay.poll_interval == 1
+    assert cfg.http.listen == "127.0.0.1:9464"
+    assert (cfg.supervision.max_restarts, cfg.supervision.restart_window) == (5, 60)
+
+
+def test_config_classes_are_frozen(tmp_path: Path) -> None:
+    """Loaded config cannot be mutated by an actor."""
+    cfg = load_config([base(tmp_path)], {})
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        cfg.jobs.recording_finalize.batch_size = 1  # type: ignore[misc]
+
+
+def test_later_files_override_earlier_ones(tmp_path: Path) -> None:
+    """Files merge key by key in order; the last one to set a key wins."""
+    first = base(tmp_path, "[s3]\nbucket = \"a\"\nconcurrency = 3\n")
+    second = write(tmp_path, "[s3]\nbucket = \"b\"\n", "second.toml")
+    cfg = load_config([first, second], {})
+    assert cfg.s3.bucket == "b"
+    assert cfg.s3.concurrency == 3
+
+
+def test_env_overrides_files_with_typed_values(tmp_path: Path) -> None:
+    """SAFETYNET__SECTION__KEY beats every file and is parsed by the key's type."""
+    env = {
+        "SAFETYNET__S3__BUCKET": "from-env",
+        "SAFETYNET__S3__CONCURRENCY": "16",
+        "SAFETYNET__JOBS__RECORDING_FINALIZE__ENABLED": "false",
+        "SAFETYNET__JOBS__RECORDING_FINALIZE__BACKOFF_FACTOR": "3.5",
+        "SAFETYNET__JOBS__CONFERENCE_REAPER__EMPTY_ROOM_GRACE": "2m",
+        "UNRELATED": "x",
+    }
+    cfg = load_config([base(tmp_path, "[s3]\nbucket = \"file\"\n")], env)
+    assert cfg.s3.bucket == "from-env"
+    assert cfg.s3.concurrency == 16
+    assert cfg.jobs.recording_finalize.enabled is False
+    assert cfg.jobs.recording_finalize.backoff_factor == 3.5
+    assert cfg.jobs.conference_reaper.empty_room_grace == 120
+
+
+def test_dsn_can_come_from_env_alone() -> None:
+    """No file at all is fine when the required key is in the environment."""
+    cfg = load_config([], {"SAFETYNET__POSTGRES__DSN": DSN})
+    assert cfg.postgres.dsn.reveal() == DSN
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("2m", 120), ("4h", 14400), ("1h30m", 5400), ("250ms", 0.25), ("7d", 604800),
+     (45, 45), (1.5, 1.5), ("30", 30)],
+)
+def test_durations_accept_strings_and_seconds(text: str | int | float, seconds: float) -> None:
+    """Durations parse from unit strings or plain seconds and print back the same."""
+    assert parse_duration(text) == seconds
+    assert parse_duration(format_duration(seconds)) == seconds
+
+
+def test_unknown_key_suggests_the_closest_name(tmp_path: Path) -> None:
+    """A typo names the key and proposes the real one."""
+    problems = problems_of([base(tmp_path, "[s3]\nbuket = \"x\"\n")])
+    assert problems == ["s3.buket: unknown key (did you mean 'bucket'?)"]
+
+
+def test_unknown_env_key_is_an_error_too(tmp_path: Path) -> None:
+    """An override that matches no key is reported, not silently ignored."""
+    problems = problems_of([base(tmp_path)], {"SAFETYNET__S3__CONCURENCY": "3"})
+    assert problems == ["s3.concurency: unknown key (did you mean 'concurrency'?)"]
+
+
+def test_wrong_type_names_key_and_types(tmp_path: Path) -> None:
+    """A string where an integer belongs is reported with both types."""
+    problems = problems_of([base(tmp_path, "[s3]\nconcurrency = \"eight\"\n")])
+    assert problems == ["s3.concurrency: expected an integer, got string 'eight'"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("[jobs.recording_finalize]\nbatch_size = 0\n",
+         "jobs.recording_finalize.batch_size: must be > 0, got 0"),
+        ("[jobs.recording_finalize]\nmax_attempts = -2\n",
+         "jobs.recording_finalize.max_attempts: must be > 0, got -2"),
+        ("[s3]\nconcurrency = 0\n", "s3.concurrency: must be > 0, got 0"),
+        ("[outbox_relay]\nbatch_size = -1\n", "outbox_relay.batch_size: must be > 0, got -1"),
+        ("[jobs.conference_reaper]\nempty_room_grace = \"-5s\"\n",
+         "jobs.conference_reaper.empty_room_grace: malformed duration '-5s' "
+         "(use e.g. \"90s\", \"2m\", \"1h30m\", \"250ms\")"),
+        ("[jobs.conference_reaper]\npolling_interval = 0\n",
+         "jobs.conference_reaper.polling_interval: must be > 0, got 0s"),
+    ],
+)
+def test_negative_and_zero_sizes_are_rejected(tmp_path: Path, extra: str, expected: str) -> None:
+    """Sizes and intervals must be positive; the message names the key and the value."""
+    assert problems_of([base(tmp_path, extra)]) == [expected]
+
+
+def test_lock_ttl_must_exceed_max_run_duration(tmp_path: Path) -> None:
+    """The seeds require the lock TTL to outlive the longest cycle."""
+    extra = "[jobs.recording_finalize]\nlock_ttl = \"3m\"\nmax_run_duration = \"3m\"\n"
+    assert problems_of([base(tmp_path, extra)]) == [
+        "jobs.recording_finalize.lock_ttl: must be greater than max_run_duration (3m), got 3m"
+    ]
+
+
+def test_malformed_duration_is_reported(tmp_path: Path) -> None:
+    """A duration with an unknown unit names the key and shows how to write it."""
+    problems = problems_of([base(tmp_path, "[s3]\ntimeout = \"5 parsecs\"\n")])
+    assert len(problems) == 1
+    assert problems[0].startswith("s3.timeout: malformed duration '5 parsecs'")
+
+
+def test_missing_dsn_is_reported(tmp_path: Path) -> None:
+    """postgres.dsn is required."""
+    assert problems_of([write(tmp_path, "[s3]\nbucket = \"x\"\n")]) == [
+        "postgres.dsn: required, not set"
+    ]
+
+
+def test_empty_dsn_is_reported(tmp_path: Path) -> None:
+    """An empty DSN is as bad as a missing one."""
+    problems = problems_of([write(tmp_path, '[postgres]\ndsn = ""\n')])
+    assert problems == [
+        "postgres.dsn: must be set (a libpq connection string, e.g. postgresql://user@host/db)"
+    ]
+
+
+def test_unreadable_file_is_reported(tmp_path: Path) -> None:
+    """A file that cannot be read is named with the reason."""
+    missing = tmp_path / "nope.toml"
+    assert problems_of([missing]) == [
+        f"{missing}: cannot read config file: No such file or directory"
+    ]
+
+
+def test_invalid_toml_reports_line_and_column(tmp_path: Path) -> None:
+    """A TOML syntax error says where it is."""
+    bad = write(tmp_path, "[postgres]\ndsn = \"x\"\n[s3\n")
+    (problem,) = problems_of([bad])
+    assert re.search(r"invalid TOML: .*\(at line 3, column \d+\)", problem), problem
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    """Validation does not stop at the first problem: one line each."""
+    text = '[s3]\nconcurrency = 0\nbuket = "x"\n[http]\nlisten = "nowhere"\n'
+    problems = problems_of([write(tmp_path, text)])
+    assert sorted(problems) == sorted([
+        "http.listen: must be HOST:PORT, got 'nowhere'",
+        "postgres.dsn: required, not set",
+        "s3.buket: unknown key (did you mean 'bucket'?)",
+        "s3.concurrency: must be > 0, got 0",
+    ])
+
+
+def test_secrets_never_appear_in_repr_or_redacted_output(tmp_path: Path) -> None:
+    """DSN password, S3 keys and the media token are masked everywhere config is shown."""
+    extra = ('[s3]\naccess_key_id = "AKIAEXAMPLEKEY"\nsecret_access_key = "very-secret-key"\n'
+             '[media]\ntoken = "media-bearer-token"\n')
+    cfg = load_config([base(tmp_path, extra)], {})
+    shown = repr(cfg) + str(redacted(cfg)) + f"{cfg.s3.secret_access_key}"
+    for secret in ("s3cr3t-pw", "AKIAEXAMPLEKEY", "very-secret-key", "media-bearer-token"):
+        assert secret not in shown
+    assert redacted(cfg)["postgres"]["dsn"] == "postgresql://app:***@127.0.0.1:5432/messenger"
+    assert cfg.media.token.reveal() == "media-bearer-token"
+
+
+def test_check_config_prints_effective_config_redacted(tmp_path: Path) -> None:
+    """check-config exits 0 and prints merged values with secrets masked."""
+    path = base(tmp_path, '[media]\ntoken = "media-bearer-token"\n')
+    result = CliRunner().invoke(main, ["check-config", "-c", str(path)],
+                                env={"SAFETYNET__S3__CONCURRENCY": "4"})
+    assert result.exit_code == 0, result.output
+    assert "concurrency = 4" in result.output
+    assert 'dsn = "postgresql://app:***@127.0.0.1:5432/messenger"' in result.output
+    assert "s3cr3t-pw" not in result.output and "media-bearer-token" not in result.output
+
+
+def test_config_file_from_safetynet_config_env(tmp_path: Path) -> None:
+    """SAFETYNET_CONFIG names the file when -c is absent."""
+    path = base(tmp_path, '[s3]\nbucket = "env-named"\n')
+    result = CliRunner().invoke(main, ["check-config"], env={"SAFETYNET_CONFIG": str(path)})
+    assert result.exit_code == 0, result.output
+    assert 'bucket = "env-named"' in result.output
+
+
+def test_invalid_config_exits_78_with_one_line_per_problem(tmp_path: Path) -> None:
+    """The real process exits with EX_CONFIG and no traceback."""
+    path = write(tmp_path, "[jobs.recording_finalize]\nbatch_size = 0\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervision", "check-config", "-c", str(path)],
+        capture_output=True, text=True, check=False, cwd=ROOT, env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == EXIT_CONFIG == 78
+    assert proc.stderr.splitlines() == [
+        "config error: postgres.dsn: required, not set",
+        "config error: jobs.recording_finalize.batch_size: must be > 0, got 0",
+    ]
+
+
+def test_example_files_load_and_production_example_lists_every_key(tmp_path: Path) -> None:
+    """config/*.toml are valid, and the production example documents every setting."""
+    env = {"SAFETYNET__POSTGRES__DSN": DSN}
+    load_config([ROOT / "config" / "dev.toml"], env)
+    load_config([ROOT / "config" / "production.example.toml"], env)
+    text = (ROOT / "config" / "production.example.toml").read_text()
+    for row in settings_reference():
+        section, key = row.key.rsplit(".", 1)
+        block = text.split(f"[{section}]\n", 1)[1].split("\n[", 1)[0]
+        assert re.search(rf"^# .+\n{key} = ", block, re.MULTILINE), row.key
+
+
+def test_readme_configuration_reference_matches_config_classes() -> None:
+    """The README's reference table is generated from the classes and cannot drift."""
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- config-reference:start -->\n", "\n<!-- config-reference:end -->"
+    assert readme.split(start, 1)[1].split(end, 1)[0] == reference_markdown(), (
+        "regenerate with: python -m supervision.config_reference")
+
+
+SPEC_KEYS = [
+    "postgres.dsn", "kafka.bootstrap_servers", "kafka.client_id", "s3.endpoint_url", "s3.region",
+    "s3.bucket", "s3.key_prefix", "s3.access_key_id", "s3.secret_access_key", "s3.timeout",
+    "s3.concurrency", "media.base_url", "media.token", "media.timeout",
+    "jobs.recording_finalize.enabled", "jobs.recording_finalize.polling_interval",
+    "jobs.recording_finalize.batch_size", "jobs.recording_finalize.max_attempts",
+    "jobs.recording_finalize.finalize_sla_timeout", "jobs.recording_finalize.backoff_base",
+    "jobs.recording_finalize.backoff_factor", "jobs.recording_finalize.backoff_cap",
+    "jobs.recording_finalize.backoff_jitter", "jobs.recording_finalize.lock_ttl",
+    "jobs.recording_finalize.max_run_duration", "jobs.conference_reaper.enabled",
+    "jobs.conference_reaper.polling_interval", "jobs.conference_reaper.batch_size",
+    "jobs.conference_reaper.empty_room_grace", "jobs.conference_reaper.provision_timeout",
+    "jobs.conference_reaper.stale_live_timeout", "jobs.conference_reaper.lock_ttl",
+    "jobs.conference_reaper.max_run_duration", "outbox_relay.enabled", "outbox_relay.batch_size",
+    "outbox_relay.poll_interval", "http.listen", "logging.level", "logging.format",
+    "supervision.max_restarts", "supervision.restart_window", "supervision.shutdown_grace",
+]
+
+
+def test_every_spec_key_is_a_setting() -> None:
+    """Each key SPEC §6 names exists, spelled exactly."""
+    keys = {row.key for row in settings_reference(Config)}
+    assert set(SPEC_KEYS) <= keys, set(SPEC_KEYS) - keys
