@@ -339,6 +339,12 @@ def load_config(paths: Sequence[Path], env: Mapping[str, str] | None = None) -> 
                 problems.append(f"{name}: malformed variable name")
     if problems:
         raise ConfigError(problems)
+    return config_from_dict(raw)
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> Config:
+    """Validate already-merged settings (a TOML-shaped mapping); raise :class:`ConfigError`."""
+    problems: list[str] = []
     cfg = _build(Config, raw, "", problems)
     if cfg is not None and not problems:
         problems.extend(_cross_checks(cfg))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from supervision.devstack import PostgresServer
+from supervision.config import Config, config_from_dict
+from supervision.devstack import KafkaServer, PostgresServer, S3Server
 from supervision.migrate import migrate
 
 pytest_plugins = ["tests.stack_fixtures"]
@@ -53,3 +55,40 @@ def _fresh_database(pg_server: PostgresServer, template: str | None) -> Iterator
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    """A fresh, empty recordings bucket for this test."""
+    name = f"rec-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(name)
+    return name
+
+
+def make_config(dsn: str, *, s3_server: S3Server | None = None,
+                bucket: str = "call-recordings", kafka_server: KafkaServer | None = None,
+                **sections: dict[str, Any]) -> Config:
+    """A validated Config pointing at the test servers; *sections* override keys, e.g.
+    ``make_config(dsn, jobs={"recording_finalize": {"batch_size": 5}})``."""
+    raw: dict[str, Any] = {"postgres": {"dsn": dsn},
+                           "logging": {"level": "debug"},
+                           "jobs": {"recording_finalize": {"finalize_sla_timeout": "30m"}}}
+    if s3_server is not None:
+        creds = s3_server.credentials
+        raw["s3"] = {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
+                     "access_key_id": creds.access_key_id,
+                     "secret_access_key": creds.secret_access_key, "region": creds.region,
+                     "timeout": "3s"}
+    if kafka_server is not None:
+        raw["kafka"] = {"bootstrap_servers": kafka_server.bootstrap_servers}
+    for section, values in sections.items():
+        _merge(raw.setdefault(section, {}), values)
+    return config_from_dict(raw)
+
+
+def _merge(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict):
+            _merge(into.setdefault(key, {}), value)
+        else:
+            into[key] = value
