@@ -182,7 +182,7 @@ def read_topic(bootstrap: str, topic: str, since: dict[int, int] | None = None, 
 
 
 async def _read_topic(bootstrap: str, topic: str, since: dict[int, int], expect: int | None,
-                      timeout: float) -> list[KafkaMessage]:
+                      limit_s: float) -> list[KafkaMessage]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -198,7 +198,7 @@ async def _read_topic(bootstrap: str, topic: str, since: dict[int, int], expect:
         for tp in tps:
             consumer.seek(tp, since.get(tp.partition, 0))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + limit_s
         idle_since = loop.time()
         while loop.time() < deadline:
             batch = await consumer.getmany(timeout_ms=200)
