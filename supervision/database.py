@@ -30,7 +30,7 @@ import psycopg_pool
 import trio
 
 from supervision.errors import InfrastructureError
-from supervision.shielding import current_guard, must_complete
+from supervision.shielding import WorkAbandoned, current_guard, must_complete
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -42,8 +42,10 @@ class _InFlight:
 
     def __init__(self) -> None:
         self.conn: psycopg.Connection | None = None
+        self.aborted = False  # checked by the worker right before COMMIT
 
     def abort(self) -> None:
+        self.aborted = True
         conn = self.conn
         if conn is not None:
             threading.Thread(target=_cancel_quietly, args=(conn,), daemon=True).start()
@@ -93,7 +95,10 @@ class Database:
                     in_flight.conn = conn
                     try:
                         with conn.transaction():
-                            return fn(conn, *args, **kwargs)
+                            result = fn(conn, *args, **kwargs)
+                            if in_flight.aborted:  # a cancel request may land between
+                                raise WorkAbandoned()  # statements: never commit then
+                            return result
                     finally:
                         in_flight.conn = None
             except (psycopg.OperationalError, psycopg.InterfaceError,

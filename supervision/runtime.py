@@ -68,12 +68,23 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
                         log.warning("shutdown_forced", signal=name, in_flight=guard.in_flight)
                         guard.hard_stop()
     except* RestartIntensityExceeded as group:
-        first = group.exceptions[0]
-        assert isinstance(first, RestartIntensityExceeded)
-        failure = first
+        failure = _first_leaf(group)
+    finally:
+        # Teardown after the tree (closing pools) is short and bounded; a late signal
+        # must not turn a clean stop into a kill (-15) or a KeyboardInterrupt traceback.
+        for signum in SHUTDOWN_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
     if failure is not None:
         log.critical("daemon_failed", actor=failure.actor, supervisor=failure.supervisor,
                      error=describe(failure.last_error))
         return EXIT_FAILED
     log.info("daemon_stopped")
     return EXIT_OK
+
+
+def _first_leaf(group: BaseExceptionGroup[RestartIntensityExceeded]) -> RestartIntensityExceeded:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    assert isinstance(exc, RestartIntensityExceeded)
+    return exc

@@ -1,0 +1,197 @@
+-- name: conference_sessions_claim_empty_room --
+-- Phase 1 (INV-CONF-8): Active rooms nobody is in since empty_room_grace before AsOf.
+-- Each claim takes up to batch_size due rows in the seed's order through ix_conf_active
+-- and locks them FOR UPDATE SKIP LOCKED (rows held by join/leave/end-conference or by a
+-- peer runner are passed over without waiting). Returns the claimed ids and, on every row
+-- (or on one all-NULL row when nothing was claimed), how many of the first batch_size due
+-- rows were skipped because another transaction holds them.
+WITH candidates AS (
+    SELECT c.id
+    FROM messenger.conference_sessions c
+    WHERE c.status = 'Active' AND c.active_participant_count = 0
+      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+    ORDER BY c.last_activity_at, c.id
+    LIMIT %(batch_size)s
+),
+claimed AS (
+    SELECT c.id, c.last_activity_at AS sort_key
+    FROM messenger.conference_sessions c
+    WHERE c.status = 'Active' AND c.active_participant_count = 0
+      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+    ORDER BY c.last_activity_at, c.id
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT cl.id, k.skipped_locked
+FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM claimed))
+          AS skipped_locked) k
+LEFT JOIN claimed cl ON true
+ORDER BY cl.sort_key, cl.id;
+
+-- name: conference_sessions_claim_provision_timeout --
+-- Phase 2: Provisioning rooms the media stack never admitted within provision_timeout.
+-- Same shape as the empty-room claim; oldest created first.
+WITH candidates AS (
+    SELECT c.id
+    FROM messenger.conference_sessions c
+    WHERE c.status = 'Provisioning'
+      AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
+    ORDER BY c.created_at, c.id
+    LIMIT %(batch_size)s
+),
+claimed AS (
+    SELECT c.id, c.created_at AS sort_key
+    FROM messenger.conference_sessions c
+    WHERE c.status = 'Provisioning'
+      AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
+    ORDER BY c.created_at, c.id
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT cl.id, k.skipped_locked
+FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM claimed))
+          AS skipped_locked) k
+LEFT JOIN claimed cl ON true
+ORDER BY cl.sort_key, cl.id;
+
+-- name: conference_sessions_claim_stale_live --
+-- Phase 3: Active rooms without presence activity for stale_live_timeout (heartbeats
+-- stopped, the room never formally emptied). Same shape as the empty-room claim.
+WITH candidates AS (
+    SELECT c.id
+    FROM messenger.conference_sessions c
+    WHERE c.status = 'Active'
+      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+    ORDER BY c.last_activity_at, c.id
+    LIMIT %(batch_size)s
+),
+claimed AS (
+    SELECT c.id, c.last_activity_at AS sort_key
+    FROM messenger.conference_sessions c
+    WHERE c.status = 'Active'
+      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+    ORDER BY c.last_activity_at, c.id
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT cl.id, k.skipped_locked
+FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM claimed))
+          AS skipped_locked) k
+LEFT JOIN claimed cl ON true
+ORDER BY cl.sort_key, cl.id;
+
+-- name: conference_sessions_reap --
+-- The whole outcome of claimed conferences (all of a batch, or one in the per-row
+-- fallback), in one statement. %(ids)s and %(headers)s are parallel arrays (the event
+-- headers carry a per-conference event id computed by the caller).
+--   judged: the guard: the row must still be in %(from_status)s; a conference that is
+--           to be Ended must not have started after AsOf (its duration would be
+--           negative): such a row is rejected (poison), left untouched for the runbook;
+--   upd:    the terminal transition (INV-CONF-4), under the status guard; the duration is
+--           whole seconds from started_at to AsOf (NULL without started_at, never for
+--           Failed); a value that does not fit (e.g. started_at = 0001-01-01) raises and
+--           sends the caller to the per-row fallback;
+--   rec:    per conference, its latest non-Failed recording (WasRecorded/RecordingId) and
+--           the recordings still running (the recorder stop signals after commit);
+--   ob:     the conference-ended outbox row (only with %(emit_event)s: never for
+--           Provisioning -> Failed), idempotent by ConferenceId through ux_outbox_dedupe;
+--   rt:     the realtime row for hub-push: reference ids and enums only.
+-- Returns one row per claimed id: transitioned or rejected, and what the caller logs.
+WITH judged AS (
+    SELECT c.id, c.chat_id, c.deal_id, h.headers,
+           CASE
+               WHEN c.status <> %(from_status)s::text THEN 'status_changed:' || c.status
+               WHEN %(to_status)s::text = 'Ended' AND c.started_at > %(as_of)s
+                   THEN 'started_after_as_of'
+           END AS rejected
+    FROM unnest(%(ids)s::uuid[], %(headers)s::jsonb[]) AS h(id, headers)
+    JOIN messenger.conference_sessions c ON c.id = h.id
+),
+upd AS (
+    UPDATE messenger.conference_sessions c
+    SET status = %(to_status)s::text, end_reason = %(end_reason)s::text,
+        ended_at = %(as_of)s,
+        duration_seconds = CASE
+            WHEN %(to_status)s::text = 'Ended' AND c.started_at IS NOT NULL
+                THEN floor(extract(epoch FROM %(as_of)s - c.started_at))::int
+        END,
+        updated_at = now()
+    FROM judged j
+    WHERE c.id = j.id AND j.rejected IS NULL AND c.status = %(from_status)s::text
+    RETURNING c.*, j.headers
+),
+rec AS (
+    SELECT u.id AS conference_id,
+           (SELECT r.id FROM messenger.call_recordings r
+            WHERE r.session_kind = 'Conference' AND r.session_id = u.id
+              AND r.status <> 'Failed'
+            ORDER BY r.created_at DESC, r.id DESC
+            LIMIT 1) AS recording_id,
+           ARRAY(SELECT r.id FROM messenger.call_recordings r
+                 WHERE r.session_kind = 'Conference' AND r.session_id = u.id
+                   AND r.status IN ('Pending', 'Recording', 'Uploading')
+                 ORDER BY r.created_at, r.id) AS active_recordings
+    FROM upd u
+),
+ob AS (
+    INSERT INTO messenger.integration_outbox
+        (topic, message_key, dedupe_key, event_type, payload, headers)
+    SELECT %(topic)s::text, u.deal_id::text, u.id::text, 'ConferenceEnded',
+           jsonb_build_object(
+               'ConferenceId', u.id, 'ChatId', u.chat_id, 'DealId', u.deal_id,
+               'TenantId', u.tenant_id, 'MediaType', u.media_type, 'Status', u.status,
+               'EndReason', u.end_reason, 'StartedByUserId', u.started_by_user_id,
+               'StartedAt', to_char(u.started_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'EndedAt', to_char(u.ended_at AT TIME ZONE 'UTC',
+                                  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'DurationSeconds', u.duration_seconds,
+               'PeakParticipantCount', u.peak_participant_count,
+               'Participants', COALESCE((
+                   SELECT jsonb_agg(jsonb_build_object(
+                              'UserId', p.user_id, 'Role', p.role,
+                              'JoinedAt', to_char(p.joined_at AT TIME ZONE 'UTC',
+                                                  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                              'LeftAt', to_char(p.left_at AT TIME ZONE 'UTC',
+                                                'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+                          ORDER BY p.joined_at, p.user_id)
+                   FROM messenger.conference_participants p
+                   WHERE p.conference_id = u.id), '[]'::jsonb),
+               'WasRecorded', rec.recording_id IS NOT NULL,
+               'RecordingId', rec.recording_id),
+           u.headers
+    FROM upd u
+    JOIN rec ON rec.conference_id = u.id
+    WHERE %(emit_event)s
+    ON CONFLICT (topic, dedupe_key) DO NOTHING
+    RETURNING dedupe_key
+),
+rt AS (
+    INSERT INTO messenger.realtime_outbox
+        (kind, target_kind, chat_id, session_kind, reference_id, payload)
+    SELECT %(realtime_kind)s::text, 'ChatGroup', u.chat_id, 'Conference', u.id,
+           jsonb_build_object('ConferenceId', u.id, 'Status', u.status,
+                              'EndReason', u.end_reason)
+    FROM upd u
+    RETURNING reference_id
+)
+SELECT j.id, j.chat_id, j.deal_id, j.rejected, u.status, u.end_reason, u.duration_seconds,
+       COALESCE(rec.active_recordings, '{}'::uuid[]) AS active_recordings,
+       ob.dedupe_key IS NOT NULL AS enqueued
+FROM judged j
+LEFT JOIN upd u ON u.id = j.id
+LEFT JOIN rec ON rec.conference_id = j.id
+LEFT JOIN ob ON ob.dedupe_key = j.id::text;
+
+-- name: conference_sessions_active_backlog --
+-- messenger_conf_reaper_active_backlog: active conferences whose window is exceeded now
+-- (on the database clock), whatever the phase; one scan of ix_conf_active.
+SELECT count(*)
+FROM messenger.conference_sessions c
+WHERE c.status IN ('Provisioning', 'Active')
+  AND ((c.status = 'Active' AND c.active_participant_count = 0
+        AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second')
+       OR (c.status = 'Provisioning'
+           AND c.created_at <= now() - %(provision_timeout)s * interval '1 second')
+       OR (c.status = 'Active'
+           AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'));

@@ -1,0 +1,162 @@
+"""The lock keeper on real PostgreSQL: single runner, hand-over, TTL, release."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+import trio
+
+from actors.lock_keeper import (
+    CycleContext,
+    LockedJob,
+    _LockConnection,
+    lock_key,
+    run_locked_cycle,
+    serve_lock_keeper,
+)
+from supervision.metrics import LOCK_HELD
+from supervision.queries import QUERIES
+
+
+def holders(dsn: str, job: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [r[0] for r in conn.execute(QUERIES["advisory_lock_holders"],
+                                           {"key": lock_key(job)}).fetchall()]
+
+
+def make_job(name: str, cycle: object, *, ttl: float = 30.0) -> LockedJob:
+    return LockedJob(name, interval=0.2, lock_ttl=ttl, cycle=cycle,  # type: ignore[arg-type]
+                     first_delay=0, ping_interval=0.1, ping_timeout=0.5)
+
+
+async def test_second_keeper_skips_while_the_first_holds_the_lock(db_dsn: str) -> None:
+    """Two keepers, one job: exactly one runs a cycle; the other skips (skipped_locked)."""
+    inside = trio.Event()
+    release = trio.Event()
+    ran: list[str] = []
+
+    async def cycle(ctx: CycleContext) -> None:
+        ran.append(ctx.job_run_id)
+        inside.set()
+        await release.wait()
+
+    job = make_job("test-single", cycle)
+    first, second = _LockConnection(db_dsn), _LockConnection(db_dsn)
+    outcomes = []
+    async with trio.open_nursery() as nursery:
+        async def run_first() -> None:
+            outcomes.append(await run_locked_cycle(job, first))
+
+        nursery.start_soon(run_first)
+        await inside.wait()
+        assert LOCK_HELD.labels(job="test-single")._value.get() == 1
+        skipped = await run_locked_cycle(job, second)
+        assert len(await trio.to_thread.run_sync(holders, db_dsn, "test-single")) == 1
+        release.set()
+    assert skipped.status == "skipped_locked"
+    assert [o.status for o in outcomes] == ["ran"]
+    assert len(ran) == 1
+    assert await trio.to_thread.run_sync(holders, db_dsn, "test-single") == []
+    assert LOCK_HELD.labels(job="test-single")._value.get() == 0
+    first.discard()
+    second.discard()
+
+
+async def test_killing_the_lock_session_cancels_the_cycle_and_hands_over(db_dsn: str) -> None:
+    """pg_terminate_backend on the holder: its cycle is cancelled within a second and the
+    standby takes the lock on its next tick."""
+    inside = trio.Event()
+    cancelled_after: list[float] = []
+
+    async def cycle(ctx: CycleContext) -> None:
+        inside.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled_after.append(trio.current_time())
+
+    job = make_job("test-handover", cycle)
+    holder, standby = _LockConnection(db_dsn), _LockConnection(db_dsn)
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def run_holder() -> None:
+            results.append(await run_locked_cycle(job, holder))
+
+        nursery.start_soon(run_holder)
+        await inside.wait()
+        (pid,) = await trio.to_thread.run_sync(holders, db_dsn, "test-handover")
+        with psycopg.connect(db_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        killed_at = trio.current_time()
+    assert results[0].status == "lost_lock"
+    assert cancelled_after[0] - killed_at < 1.0
+
+    took_over = []
+
+    async def standby_cycle(ctx: CycleContext) -> str:
+        took_over.append(ctx.job_run_id)
+        return "ok"
+
+    outcome = await run_locked_cycle(make_job("test-handover", standby_cycle), standby)
+    assert outcome.status == "ran" and took_over
+    standby.discard()
+
+
+async def test_cycle_overrunning_lock_ttl_is_cancelled_and_lock_released(db_dsn: str) -> None:
+    """A cycle longer than lock_ttl is cancelled at the TTL; the lock is released."""
+    finished = []
+
+    async def endless(ctx: CycleContext) -> None:
+        await trio.sleep(60)
+        finished.append(True)
+
+    lock = _LockConnection(db_dsn)
+    started = trio.current_time()
+    outcome = await run_locked_cycle(make_job("test-ttl", endless, ttl=0.5), lock)
+    assert outcome.status == "overran"
+    assert trio.current_time() - started == pytest.approx(0.5, abs=0.4)
+    assert finished == []
+    assert await trio.to_thread.run_sync(holders, db_dsn, "test-ttl") == []
+    lock.discard()
+
+
+async def test_keeper_runs_cycles_on_its_interval_and_releases_on_cancel(db_dsn: str) -> None:
+    """serve_lock_keeper runs a cycle per tick; cancelling it leaves no lock held."""
+    runs: list[str] = []
+    three = trio.Event()
+
+    async def cycle(ctx: CycleContext) -> None:
+        runs.append(ctx.job_run_id)
+        if len(runs) == 3:
+            three.set()
+        await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_lock_keeper, make_job("test-ticks", cycle), db_dsn)
+        with trio.fail_after(10):
+            await three.wait()
+        nursery.cancel_scope.cancel()
+    assert len(set(runs)) == len(runs) >= 3, "each cycle has its own job_run_id"
+    assert await trio.to_thread.run_sync(holders, db_dsn, "test-ticks") == []
+
+
+async def test_keeper_reconnects_after_the_database_was_unreachable(db_dsn: str) -> None:
+    """A keeper that cannot connect backs off and keeps trying; it never crashes."""
+    runs: list[str] = []
+    ok = trio.Event()
+
+    async def cycle(ctx: CycleContext) -> None:
+        runs.append(ctx.job_run_id)
+        ok.set()
+
+    bad = LockedJob("test-reconnect", 0.1, 5, cycle, first_delay=0, reconnect_base=0.05)
+    with trio.move_on_after(1.0):
+        await serve_lock_keeper(bad, "postgresql://nobody@127.0.0.1:1/x?connect_timeout=1")
+    assert runs == []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_lock_keeper, bad, db_dsn)
+        with trio.fail_after(10):
+            await ok.wait()
+        nursery.cancel_scope.cancel()
+    assert runs
