@@ -36,6 +36,7 @@ import trio
 from supervision.metrics import LOCK_HELD
 from supervision.queries import QUERIES
 from supervision.ticker import Ticker
+from supervision.wakeup import Wakeup
 
 log = structlog.get_logger("lock_keeper")
 
@@ -65,6 +66,7 @@ class LockedJob:
     ping_timeout: float = 0.75
     reconnect_base: float = 0.5
     reconnect_cap: float = 15.0
+    wakeup: Wakeup | None = None  # when set, a wake-up starts the next cycle early
 
     @property
     def key(self) -> int:
@@ -192,7 +194,8 @@ async def serve_lock_keeper(
     task_status.started()
     try:
         while True:
-            await ticker.wait()
+            if job.wakeup is None or not await job.wakeup.wait(ticker.delay()):
+                await ticker.wait()
             outcome = await run_locked_cycle(job, lock)
             if outcome.status == "no_connection":
                 delay = min(job.reconnect_cap, job.reconnect_base * 2 ** (lock.failures - 1))

@@ -1,36 +1,44 @@
 """Entry points behind ``safetynet run`` and ``safetynet run-once``: open the shared
-resources, then run the tree (or one cycle) inside them, and map outcomes to exit codes.
+resources, run the tree (or one cycle) inside them, map outcomes to exit codes.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
-import structlog
+import attrs
+import trio
 
-from actors.lock_keeper import LockedJob, _LockConnection, run_locked_cycle
+from actors.kafka_producer import KafkaProducer
+from actors.lock_keeper import CycleOutcome, _LockConnection, run_locked_cycle
+from actors.outbox_relay import RelayCounts, run_relay_cycle
+from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
 from supervision.database import open_database
+from supervision.errors import InfrastructureError
 from supervision.objectstore import open_object_store
 from supervision.runtime import serve_root
-from supervision.tree import Resources, build_tree, locked_jobs
+from supervision.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
+from supervision.wakeup import Wakeup
 
-log = structlog.get_logger("app")
-
-
-def _no_wakeup() -> None:
-    return None
+POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
 
 
 @asynccontextmanager
 async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
-    """The PostgreSQL pool and the S3 client, closed on every exit path."""
-    pool_size = 2 + 2 + 2  # claimer + committers + gauges/relay
-    async with open_database(cfg.postgres.dsn.reveal(), size=pool_size) as db, \
+    """Bridge, PostgreSQL pool, S3 client and Kafka producer, closed on every exit path."""
+    async with open_asyncio_bridge(), \
+            open_database(cfg.postgres.dsn.reveal(), size=POOL_SIZE) as db, \
             open_object_store(cfg.s3) as store:
-        yield Resources(cfg, db, store, _no_wakeup)
+        producer = KafkaProducer(cfg.kafka)
+        try:
+            yield Resources(cfg, db, store, producer, Wakeup())
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await producer.stop()
 
 
 async def run_daemon(cfg: Config) -> int:
@@ -40,18 +48,43 @@ async def run_daemon(cfg: Config) -> int:
 
 
 async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:
-    """``safetynet run-once --job J``: one cycle under the job's lock; its counts."""
+    """``safetynet run-once --job J``: one cycle under the job's lock; its counts.
+
+    For the outbox relay, cycles repeat until nothing publishable is left."""
     async with open_resources(cfg) as res:
-        jobs = {job.name: job for job in locked_jobs(res, include_disabled=True)}
-        job: LockedJob = jobs[job_name]
         lock = _LockConnection(cfg.postgres.dsn.reveal())
         try:
-            outcome = await run_locked_cycle(job, lock)
+            if job_name == "outbox-relay":
+                return await _drain_relay(res, lock)
+            jobs = {job.name: job for job in locked_jobs(res, include_disabled=True)}
+            outcome = await run_locked_cycle(jobs[job_name], lock)
         finally:
             lock.discard()
+    return _counts(outcome)
+
+
+async def _drain_relay(res: Resources, lock: _LockConnection) -> dict[str, Any]:
+    relay = relay_job(res)
+    job = attrs.evolve(relay_locked_job(res), cycle=partial(run_relay_cycle, relay))
+    total = RelayCounts()
+    while True:
+        outcome = await run_locked_cycle(job, lock)
+        if outcome.status != "ran":
+            return _counts(outcome)
+        counts: RelayCounts = outcome.result
+        total.published += counts.published
+        total.failed += counts.failed
+        total.duration_ms += counts.duration_ms
+        if relay.state.kafka_failures:
+            raise InfrastructureError("kafka: unreachable; rows stay unpublished")
+        if counts.published == 0:
+            return total.as_json()
+
+
+def _counts(outcome: CycleOutcome) -> dict[str, Any]:
     if outcome.status == "ran":
         counts: dict[str, Any] = outcome.result.as_json()
         return counts
     if outcome.status == "skipped_locked":
         return {"lock": "held_elsewhere"}
-    raise RuntimeError(f"cycle did not complete: {outcome.status}")
+    raise InfrastructureError(f"cycle did not complete: {outcome.status}")

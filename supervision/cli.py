@@ -23,7 +23,7 @@ from supervision.errors import ConfigError, NotYetAvailable, SafetynetError
 from supervision.logs import configure_logging
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
-ONCE_READY = ("recording-finalize",)
+ONCE_READY = ("recording-finalize", "outbox-relay")
 EXIT_INFRA = 1
 
 _F = TypeVar("_F", bound=Callable[..., Any])

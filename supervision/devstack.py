@@ -191,6 +191,12 @@ class _Child:
             tail = []
         return DevStackError(f"{self.name} {what}; tail of {self.log_path}:\n" + "\n".join(tail))
 
+    def kill(self) -> None:
+        """SIGKILL the whole process group now (a crash, for fault tests) and reap it."""
+        self._killpg(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
     def _killpg(self, sig: int) -> None:
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -347,6 +353,10 @@ class PostgresServer:
         """Fast shutdown (SIGINT to the postmaster), SIGKILL of the group after the grace."""
         _stop_children([self._child])
 
+    def kill(self) -> None:
+        """Crash the server (SIGKILL); ``start()`` brings it back on the same port."""
+        self._child.kill()
+
     def restart(self) -> None:
         self.stop()
         self.start()
@@ -411,6 +421,10 @@ class KafkaServer:
 
     def stop(self) -> None:
         _stop_children([self._child])
+
+    def kill(self) -> None:
+        """Crash the broker (SIGKILL); ``start()`` brings it back on the same port."""
+        self._child.kill()
 
     def restart(self) -> None:
         self.stop()

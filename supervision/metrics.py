@@ -47,6 +47,22 @@ S3_BREAKER_OPEN = Gauge(
     "safetynet_s3_breaker_open",
     "1 while the object-storage outage breaker stops claiming reconcile work.")
 
+# ---- outbox relay (SPEC §8)
+OUTBOX_PUBLISHED = Counter(
+    "safetynet_outbox_published", "Outbox rows acknowledged by Kafka and marked published.")
+OUTBOX_PUBLISH_FAILED = Counter(
+    "safetynet_outbox_publish_failed", "Outbox sends that failed.", ["kind"])
+OUTBOX_DEAD_LETTERED = Counter(
+    "safetynet_outbox_dead_lettered", "Outbox rows rejected permanently by Kafka.")
+OUTBOX_UNPUBLISHED = Gauge(
+    "safetynet_outbox_unpublished", "Outbox rows waiting to be published.")
+OUTBOX_OLDEST_AGE = Gauge(
+    "safetynet_outbox_oldest_unpublished_age_seconds",
+    "Age of the oldest outbox row waiting to be published.")
+OUTBOX_BLOCKED_KEYS = Gauge(
+    "safetynet_outbox_blocked_keys",
+    "Message keys held back behind a dead-lettered row (needs an operator).")
+
 # ---- conference-reaper (seed: Observability)
 CR_RUNS = Counter(
     "messenger_conf_reaper_run", "Conference reaper cycles run.", ["status"])

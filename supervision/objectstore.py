@@ -144,10 +144,14 @@ class ObjectStore:
 @asynccontextmanager
 async def open_object_store(cfg: S3Config) -> AsyncIterator[ObjectStore]:
     """An :class:`ObjectStore` whose connections are closed on every exit path."""
-    auth = httpx_auth.AWS4Auth(
-        access_id=cfg.access_key_id.reveal(), secret_key=cfg.secret_access_key.reveal(),
-        region=cfg.region, service="s3",
-    )
+    auth: httpx.Auth | None = None
+    if cfg.access_key_id and cfg.secret_access_key:
+        auth = httpx_auth.AWS4Auth(
+            access_id=cfg.access_key_id.reveal(), secret_key=cfg.secret_access_key.reveal(),
+            region=cfg.region, service="s3",
+        )
+    # Without credentials requests go unsigned; a store that requires them answers 403,
+    # which is a configuration fault (readiness 503), not a crash.
     limits = httpx.Limits(max_connections=cfg.concurrency,
                           max_keepalive_connections=cfg.concurrency)
     async with httpx.AsyncClient(auth=auth, timeout=cfg.timeout, limits=limits,

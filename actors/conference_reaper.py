@@ -1,0 +1,176 @@
+"""One cycle of the conference-reaper job (seed: ConferenceRoomReaperJob).
+
+>>> job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http, wake_relay)
+>>> counts = await run_reaper_cycle(job, CycleContext("conference-reaper", run_id))
+
+Runs inside the lock keeper's scope while it holds the job's advisory lock:
+
+    AsOf = SELECT now()          (once per cycle: the database clock, never the host's)
+    empty-room ─▶ provision-timeout ─▶ stale-live      one transaction per phase
+        │ after each commit: StopRecording per running recorder of a closed room
+        ▼
+    recorder-signal sender (≤ 8 concurrent POSTs, each ≤ media.timeout) ─▶ media stack
+
+Each phase claims at most ``batch_size`` due conferences through ``ix_conf_active`` with
+``FOR UPDATE SKIP LOCKED`` and, in the same transaction, makes them terminal and writes
+their ``conference-ended`` outbox row (not for Provisioning → Failed) and realtime row; a
+conference a phase made terminal is out of every later phase (status guard). Backlog
+beyond ``batch_size`` is taken by the next cycles.
+
+Set-based, with a per-row fallback: a phase is two statements (the claim, then one
+data-modifying CTE for the whole batch: transitions, payloads built in SQL with the
+participants and recordings, outbox and realtime rows), so a batch costs a handful of
+round trips whatever its size; ``bench/conference_reaper.py`` measures it against the
+plain SQL of the same writes. The batch statement runs in a SAVEPOINT; if it fails on the
+data of some row, the savepoint rolls back and every claimed conference is retried on its
+own in its own SAVEPOINT — the slow path only for a batch that holds a poison row.
+
+Poison: a conference the guard rejects — an Active room with ``started_at`` after AsOf
+(its duration would be negative: a writer's clock ran ahead) — or whose outcome cannot
+be written — e.g. a ``started_at`` of 0001-01-01 (a default ``DateTimeOffset`` leaked by a
+writer), whose duration does not fit ``duration_seconds``. Either is logged
+(``item_failed``), counted (``errors``, ``messenger_conf_reaper_errors_total``) and left
+active for the next cycle and the runbook; the rest of the batch commits. Infrastructure
+failure rolls the phase's batch back whole and ends the cycle with the error.
+
+What cancellation does: the phase in flight commits or rolls back whole
+(``Database.atomic`` is a must-complete block; a hard stop makes PostgreSQL roll it back),
+later phases do not start, row locks end with their transaction. Stop signals still in
+flight are dropped (best-effort; recording-finalize is the safety net for recordings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import attrs
+import httpx
+import structlog
+import trio
+
+from actors.finalize_store import db_now
+from actors.lock_keeper import CycleContext
+from actors.reaper_messages import PHASES, PhaseResult, StopRecording
+from actors.reaper_store import active_backlog, reap_phase
+from actors.recorder_signal import RecorderSignal, serve_recorder_signal
+from supervision.config import ConferenceReaperConfig, MediaConfig
+from supervision.database import Database
+from supervision.metrics import (
+    CR_ACTIVE_BACKLOG,
+    CR_CYCLE_DURATION,
+    CR_ERRORS,
+    CR_ITEMS,
+    CR_RUNS,
+    CR_SKIP_LOCKED,
+)
+
+log = structlog.get_logger("conference_reaper")
+JOB = "conference-reaper"
+
+
+def _no_wakeup() -> None:
+    return None
+
+
+@attrs.define
+class ReaperCounts:
+    """SPEC §7's run-once JSON for conference-reaper."""
+
+    empty_timeout: int = 0
+    provision_failed: int = 0
+    stale_timeout: int = 0
+    skipped_locked: int = 0
+    errors: int = 0
+    duration_ms: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class ReaperJob:
+    cfg: ConferenceReaperConfig
+    media: MediaConfig
+    db: Database
+    http: httpx.AsyncClient  # see actors.recorder_signal.open_media_client
+    wake_relay: Callable[[], None] = _no_wakeup
+    stop_concurrency: int = 8
+
+
+async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
+    """Run the three phases once; return the cycle's counts."""
+    started = trio.current_time()
+    counts = ReaperCounts()
+    status = "error"
+    try:
+        as_of = await job.db.run(db_now)
+        log.info("cycle_started", as_of=as_of.isoformat())
+        deadline = started + job.cfg.max_run_duration
+        sender = RecorderSignal(job.media, job.http)
+        stops_send, stops_recv = trio.open_memory_channel[StopRecording](job.cfg.batch_size)
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(serve_recorder_signal, sender, stops_recv, deadline,
+                                       concurrency=job.stop_concurrency))
+            async with stops_send:
+                try:
+                    for phase in PHASES:
+                        # A stop requested during the previous batch (which the shield let
+                        # commit) is honoured here, before the next storage access.
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                        if trio.current_time() >= deadline:
+                            log.warning("cycle_deadline_reached", phase=phase.name)
+                            break
+                        result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
+                                                     ctx.job_run_id)
+                        _account(result, counts)
+                        if result.enqueued:
+                            job.wake_relay()
+                        for reaped in result.reaped:
+                            for recording_id in reaped.active_recordings:
+                                await stops_send.send(
+                                    StopRecording(recording_id, reaped.conference_id))
+                except Exception as exc:  # batches already committed still get their stops
+                    failure = exc
+        if failure is not None:
+            raise failure
+        status = "ok"
+        return counts
+    finally:
+        elapsed = trio.current_time() - started
+        counts.duration_ms = int(elapsed * 1000)
+        CR_RUNS.labels(status=status).inc()
+        CR_CYCLE_DURATION.observe(elapsed)
+        log.info("cycle_completed", status=status, **counts.as_json())
+        with trio.move_on_after(2, shield=True):
+            await refresh_backlog(job.db, job.cfg)
+
+
+def _account(result: PhaseResult, counts: ReaperCounts) -> None:
+    phase = result.phase
+    counts.skipped_locked += result.skipped_locked
+    CR_SKIP_LOCKED.inc(result.skipped_locked)
+    if result.claimed or result.skipped_locked:
+        log.info("batch_selected", phase=phase.name, count=result.claimed,
+                 skipped_locked=result.skipped_locked, fallback=result.fallback)
+    setattr(counts, phase.outcome, getattr(counts, phase.outcome) + len(result.reaped))
+    CR_ITEMS.labels(outcome=phase.outcome).inc(len(result.reaped))
+    for item in result.reaped:
+        log.info("conference_reaped", phase=phase.name, conference_id=item.conference_id,
+                 chat_id=item.chat_id, deal_id=item.deal_id, status=item.status,
+                 end_reason=item.end_reason, duration_seconds=item.duration_seconds)
+    for failed in result.failed:
+        counts.errors += 1
+        CR_ERRORS.inc()
+        log.error("item_failed", phase=phase.name, conference_id=failed.conference_id,
+                  error=failed.error)
+
+
+async def refresh_backlog(db: Database, cfg: ConferenceReaperConfig) -> None:
+    """``messenger_conf_reaper_active_backlog``, from one cheap query."""
+    try:
+        backlog = await db.run(active_backlog, cfg)
+    except Exception:  # a gauge refresh must never fail a cycle
+        return
+    CR_ACTIVE_BACKLOG.set(backlog)

@@ -1,0 +1,74 @@
+"""The outbox listener: PostgreSQL ``LISTEN safetynet_outbox`` → wake the relay.
+
+Inputs: a DSN for its own connection. Outputs: :meth:`Wakeup.wake` calls, one per
+notification (they coalesce). Restart type: permanent.
+
+Any writer's commit to ``messenger.integration_outbox`` notifies (a statement trigger,
+migration 0002), so events written by the messenger service are published in
+milliseconds, not at the next poll. A connection can die silently (a network partition
+sends no FIN): TCP keepalives and a ``SELECT 1`` every ``check_every`` seconds find it,
+and the listener reconnects with back-off. Meanwhile the relay's ``poll_interval``
+fallback keeps publishing, so a dead LISTEN never stalls anything.
+
+What cancellation does: the worker thread is told to stop and the connection is closed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import structlog
+import trio
+from psycopg.conninfo import make_conninfo
+
+from supervision.queries import QUERIES
+from supervision.wakeup import Wakeup
+
+log = structlog.get_logger("outbox_listener")
+
+KEEPALIVES: dict[str, str | int] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+              "keepalives_count": 2, "tcp_user_timeout": 10_000, "connect_timeout": 5,
+              "application_name": "safetynet-listen"}
+
+
+def _listen(conn: psycopg.Connection, wakeup: Wakeup, token: trio.lowlevel.TrioToken,
+            stop: threading.Event, check_every: float) -> None:
+    """Thread body: forward notifications until *stop* or a connection failure."""
+    while not stop.is_set():
+        for _ in conn.notifies(timeout=check_every):
+            wakeup.wake_from_thread(token)
+        if not stop.is_set():
+            conn.execute(QUERIES["advisory_lock_ping"], {"key": 0})  # raises if it is dead
+
+
+async def serve_outbox_listener(
+    dsn: str, wakeup: Wakeup, *, check_every: float = 5.0,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Listen until cancelled, reconnecting with back-off; never raises on a lost server."""
+    task_status.started()
+    failures = 0
+    while True:
+        stop = threading.Event()
+        conn: psycopg.Connection | None = None
+        try:
+            conn = live = await trio.to_thread.run_sync(
+                lambda: psycopg.connect(make_conninfo(dsn, **KEEPALIVES), autocommit=True),
+                abandon_on_cancel=True)
+            await trio.to_thread.run_sync(live.execute, QUERIES["outbox_listen"])
+            if failures:
+                log.info("outbox_listener_reconnected", failures=failures)
+            failures = 0
+            wakeup.wake()  # catch up on anything written while we were not listening
+            await trio.to_thread.run_sync(
+                _listen, live, wakeup, trio.lowlevel.current_trio_token(), stop, check_every,
+                abandon_on_cancel=True)
+        except (psycopg.Error, OSError) as exc:
+            failures += 1
+            log.warning("outbox_listener_lost", error=type(exc).__name__, failures=failures)
+        finally:
+            stop.set()
+            if conn is not None:
+                conn.close()
+        await trio.sleep(min(15.0, 0.5 * 2 ** min(failures, 5)))

@@ -1,0 +1,71 @@
+-- name: outbox_claim_batch --
+-- The next unpublished rows in id order. Skips rows another relay holds, dead-lettered
+-- rows, and every row of a key blocked behind a dead letter of that key (per-key order is
+-- never broken; a blocked key raises an alert instead).
+SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload, o.headers,
+       o.publish_attempts
+FROM messenger.integration_outbox o
+WHERE o.published_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
+                  WHERE d.topic = o.topic AND d.message_key = o.message_key
+                    AND (d.outbox_id = o.id OR (d.blocks_key AND d.outbox_id < o.id)))
+ORDER BY o.id
+LIMIT %(batch_size)s
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: outbox_mark_published --
+-- Only after the broker acknowledged each of these rows.
+UPDATE messenger.integration_outbox
+SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
+WHERE id = ANY(%(ids)s) AND published_at IS NULL;
+
+-- name: outbox_mark_failed --
+UPDATE messenger.integration_outbox
+SET publish_attempts = publish_attempts + 1, last_error = %(last_error)s
+WHERE id = ANY(%(ids)s) AND published_at IS NULL;
+
+-- name: outbox_dead_letter --
+-- A message the broker (or the client) rejects permanently: never retried, never
+-- published, and it blocks the later rows of its key.
+-- It blocks its key only when later rows of that key are already waiting.
+WITH dead AS (
+    INSERT INTO safetynet.outbox_dead_letters (outbox_id, topic, message_key, reason, blocks_key)
+    SELECT o.id, o.topic, o.message_key, %(reason)s,
+           EXISTS (SELECT 1 FROM messenger.integration_outbox w
+                   WHERE w.topic = o.topic AND w.message_key = o.message_key
+                     AND w.id > o.id AND w.published_at IS NULL)
+    FROM messenger.integration_outbox o
+    WHERE o.id = %(id)s
+    ON CONFLICT (outbox_id) DO NOTHING
+    RETURNING blocks_key
+),
+marked AS (
+    UPDATE messenger.integration_outbox SET publish_attempts = publish_attempts + 1,
+        last_error = %(reason)s
+    WHERE id = %(id)s
+)
+SELECT blocks_key FROM dead;
+
+-- name: outbox_delete_published_before --
+-- Retention, in small batches so no long lock or huge WAL burst.
+DELETE FROM messenger.integration_outbox
+WHERE id IN (SELECT id FROM messenger.integration_outbox
+             WHERE published_at IS NOT NULL
+               AND published_at < now() - %(retention)s * interval '1 second'
+             ORDER BY id LIMIT %(limit)s);
+
+-- name: outbox_stats --
+SELECT count(*) AS unpublished,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0) AS oldest_age_seconds,
+       (SELECT count(DISTINCT (d.topic, d.message_key)) FROM safetynet.outbox_dead_letters d
+        WHERE d.blocks_key AND EXISTS (
+            SELECT 1 FROM messenger.integration_outbox o2
+            WHERE o2.topic = d.topic AND o2.message_key = d.message_key
+              AND o2.id > d.outbox_id AND o2.published_at IS NULL)) AS blocked_keys,
+       (SELECT count(*) FROM safetynet.outbox_dead_letters) AS dead_lettered
+FROM messenger.integration_outbox
+WHERE published_at IS NULL
+  AND id NOT IN (SELECT outbox_id FROM safetynet.outbox_dead_letters);
+
+-- name: outbox_listen --
+LISTEN safetynet_outbox;
