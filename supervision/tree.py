@@ -1,6 +1,8 @@
 """The process tree, as data. Read this file to know what runs in ``safetynet run``.
 
     safetynet                               one_for_one
+    ├── metrics-exporter                    permanent   /metrics /healthz /readyz
+    ├── gauge-refresher                     permanent   backlog gauges from cheap queries
     ├── outbox                              rest_for_one
     │   ├── outbox-listener                 permanent   LISTEN → wake the relay
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
@@ -17,15 +19,19 @@ from __future__ import annotations
 from functools import partial
 
 import attrs
+import psycopg
 
+from actors.gauge_refresher import serve_gauge_refresher
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
+from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from actors.outbox_listener import serve_outbox_listener
 from actors.outbox_relay import RelayJob, run_relay_cycle
 from actors.recording_finalize import FinalizeJob, run_finalize_cycle
 from supervision.config import Config
 from supervision.database import Database
 from supervision.objectstore import ObjectStore
+from supervision.queries import QUERIES
 from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
 from supervision.supervisor import serve_supervisor
 from supervision.wakeup import Wakeup
@@ -69,13 +75,24 @@ def relay_locked_job(res: Resources) -> LockedJob:
                      wakeup=res.wakeup)
 
 
+def ping(conn: psycopg.Connection) -> None:
+    conn.execute(QUERIES["db_ping"])
+
+
 def build_tree(res: Resources) -> SupervisorSpec:
     sup = res.cfg.supervision
     intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
                           backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
     grace = sup.shutdown_grace
     dsn = res.cfg.postgres.dsn.reveal()
-    children = []
+    readiness = Readiness(partial(res.db.run, ping))
+    children = [
+        ChildSpec("metrics-exporter",
+                  partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
+                  Restart.PERMANENT, shutdown=1.0),
+        ChildSpec("gauge-refresher", partial(serve_gauge_refresher, res.db),
+                  Restart.PERMANENT, shutdown=1.0),
+    ]
     if res.cfg.outbox_relay.enabled:
         outbox = SupervisorSpec("outbox", [
             ChildSpec("outbox-listener", partial(serve_outbox_listener, dsn, res.wakeup),

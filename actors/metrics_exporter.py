@@ -1,0 +1,123 @@
+"""The metrics exporter: ``/metrics``, ``/healthz`` and ``/readyz`` on ``http.listen``.
+
+>>> await nursery.start(serve_metrics_exporter, "127.0.0.1:9464", readiness)
+
+Inputs: the listen address and a :class:`Readiness` probe. Outputs: HTTP responses —
+``/metrics`` in the Prometheus text format produced by prometheus-client itself (no
+hand-written exposition), ``/healthz`` 200 while the supervisor runs, ``/readyz`` 200 only
+when PostgreSQL answers and no configuration fault is active, otherwise 503 with a
+one-line reason. Restart type: permanent.
+
+Each connection is its own task with a read/write deadline, so a slow or stuck scraper
+holds nothing but its own socket; HTTP parsing is h11's. Binds loopback by default.
+
+What cancellation does: the listener closes and in-flight responses are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import attrs
+import h11
+import prometheus_client
+import structlog
+import trio
+
+from supervision.health import HEALTH
+
+log = structlog.get_logger("metrics_exporter")
+
+REQUEST_DEADLINE = 5.0
+MAX_REQUEST_BYTES = 16 * 1024
+
+
+@attrs.define
+class Readiness:
+    """``/readyz``'s verdict: PostgreSQL answers and no configuration fault is active.
+
+    The database check runs at most every ``cache_s`` seconds whatever the scrape rate."""
+
+    ping_db: Callable[[], Awaitable[None]]
+    cache_s: float = 1.0
+    _checked_at: float = -1e9
+    _db_error: str | None = None
+
+    async def reason(self) -> str | None:
+        now = trio.current_time()
+        if now - self._checked_at >= self.cache_s:
+            self._checked_at = now
+            try:
+                with trio.fail_after(2.0):
+                    await self.ping_db()
+                self._db_error = None
+            except (Exception, trio.TooSlowError) as exc:  # any failure means "not ready"
+                self._db_error = f"postgres unavailable: {type(exc).__name__}"
+        return self._db_error or HEALTH.reason()
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def serve_metrics_exporter(
+    listen: str, readiness: Readiness, *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; reports its listeners (so tests can bind port 0)."""
+    host, port = split_listen(listen)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    log.info("http_listening", listen=f"{host}:{listeners[0].socket.getsockname()[1]}")
+    task_status.started(listeners)
+    await trio.serve_listeners(partial(_handle, readiness), listeners)
+
+
+async def _handle(readiness: Readiness, stream: trio.SocketStream) -> None:
+    async with stream:
+        with trio.move_on_after(REQUEST_DEADLINE):
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+            request = await _read_request(conn, stream)
+            if request is None:
+                return
+            status, content_type, body = await _route(readiness, request)
+            headers = [("content-type", content_type), ("content-length", str(len(body))),
+                       ("connection", "close"), ("cache-control", "no-store")]
+            await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+            if request.method != b"HEAD":
+                await stream.send_all(conn.send(h11.Data(data=body)))
+            await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
+    while True:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError:
+            return None
+        if isinstance(event, h11.Request):
+            return event
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(4096)
+            conn.receive_data(data)
+            if not data:
+                return None
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _route(readiness: Readiness, request: h11.Request) -> tuple[int, str, bytes]:
+    path = request.target.split(b"?", 1)[0]
+    if request.method not in (b"GET", b"HEAD"):
+        return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+    if path == b"/metrics":
+        return 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest()
+    if path == b"/healthz":
+        return 200, "text/plain; charset=utf-8", b"ok\n"
+    if path == b"/readyz":
+        reason = await readiness.reason()
+        if reason is None:
+            return 200, "text/plain; charset=utf-8", b"ready\n"
+        return 503, "text/plain; charset=utf-8", f"not ready: {reason}\n".encode()
+    return 404, "text/plain; charset=utf-8", b"not found\n"
