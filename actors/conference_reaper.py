@@ -137,6 +137,9 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
             raise failure
         status = "ok"
         return counts
+    except* trio.Cancelled:
+        status = "cancelled"  # a stop, not a failure
+        raise
     finally:
         elapsed = trio.current_time() - started
         counts.duration_ms = int(elapsed * 1000)

@@ -26,6 +26,9 @@ from supervision.metrics import (
     OUTBOX_UNPUBLISHED,
     RF_BACKLOG,
     RF_OLDEST_AGE,
+    RF_QUARANTINED_ROWS,
+    RF_REPUBLISH_OVERDUE,
+    RF_STUCK,
 )
 from supervision.queries import QUERIES
 from supervision.ticker import Ticker
@@ -49,6 +52,15 @@ def refresh_outbox(conn: psycopg.Connection) -> None:
     OUTBOX_BLOCKED_KEYS.set(int(row[2]))
 
 
+def refresh_recording_slo(conn: psycopg.Connection, sla: float, interval: float) -> None:
+    row = conn.execute(QUERIES["slo_recordings"], {"sla": sla, "interval": interval}
+                       ).fetchone()
+    assert row is not None
+    RF_STUCK.set(int(row[0]))
+    RF_REPUBLISH_OVERDUE.set(int(row[1]))
+    RF_QUARANTINED_ROWS.set(int(row[2]))
+
+
 DEFAULT_REFRESHES: tuple[Refresh, ...] = (refresh_finalize, refresh_outbox)
 
 
@@ -66,5 +78,5 @@ async def serve_gauge_refresher(
                 with trio.fail_after(max(1.0, interval)):
                     await db.run(refresh)
             except (InfrastructureError, psycopg.Error, trio.TooSlowError) as exc:
-                log.warning("gauge_refresh_failed", gauge=refresh.__name__,
+                log.warning("gauge_refresh_failed", gauge=getattr(refresh, "__name__", "?"),
                             error=type(exc).__name__)

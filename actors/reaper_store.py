@@ -61,7 +61,7 @@ def reap_phase(conn: psycopg.Connection, phase: Phase, cfg: ConferenceReaperConf
         with conn.transaction():  # SAVEPOINT: a poison row rolls back only this statement
             records = _reap(conn, phase, as_of, job_run_id, ids)
         fallback = False
-    except ZeroDivisionError:
+    except POISON_ERRORS:
         records, fallback = [], True
         for cid in ids:
             try:

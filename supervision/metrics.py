@@ -43,6 +43,15 @@ RF_CYCLE_DURATION = Histogram(
 RF_TRANSIENT = Counter(
     "safetynet_recording_finalize_transient",
     "Transient object-storage failures during reconcile (row rescheduled).")
+RF_STUCK = Gauge(
+    "safetynet_recording_finalize_stuck",
+    "Recordings non-terminal past finalize_sla_timeout + polling_interval (SLO: 0).")
+RF_REPUBLISH_OVERDUE = Gauge(
+    "safetynet_recording_finalize_republish_overdue",
+    "Available recordings still waiting for their event past one interval (SLO: 0).")
+RF_QUARANTINED_ROWS = Gauge(
+    "safetynet_recording_finalize_quarantined_rows",
+    "Finalize rows in quarantine now (runbook: inspect last_error, requeue).")
 S3_BREAKER_OPEN = Gauge(
     "safetynet_s3_breaker_open",
     "1 while the object-storage outage breaker stops claiming reconcile work.")

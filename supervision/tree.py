@@ -21,7 +21,12 @@ from functools import partial
 import attrs
 import psycopg
 
-from actors.gauge_refresher import serve_gauge_refresher
+from actors.gauge_refresher import (
+    DEFAULT_REFRESHES,
+    Refresh,
+    refresh_recording_slo,
+    serve_gauge_refresher,
+)
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
@@ -75,6 +80,14 @@ def relay_locked_job(res: Resources) -> LockedJob:
                      wakeup=res.wakeup)
 
 
+def refreshes(res: Resources) -> list[Refresh]:
+    """The database-derived gauges, each one cheap query."""
+    rf = res.cfg.jobs.recording_finalize
+    return [*DEFAULT_REFRESHES,
+            partial(refresh_recording_slo, sla=rf.finalize_sla_timeout,
+                    interval=rf.polling_interval)]
+
+
 def ping(conn: psycopg.Connection) -> None:
     conn.execute(QUERIES["db_ping"])
 
@@ -90,7 +103,7 @@ def build_tree(res: Resources) -> SupervisorSpec:
         ChildSpec("metrics-exporter",
                   partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
                   Restart.PERMANENT, shutdown=1.0),
-        ChildSpec("gauge-refresher", partial(serve_gauge_refresher, res.db),
+        ChildSpec("gauge-refresher", partial(serve_gauge_refresher, res.db, refreshes(res)),
                   Restart.PERMANENT, shutdown=1.0),
     ]
     if res.cfg.outbox_relay.enabled:

@@ -499,16 +499,18 @@ class CancelOnNthTransaction:
 async def test_cancel_while_a_batch_is_in_flight_commits_that_batch_whole(
         cfg: Config, conn: psycopg.Connection, nth: int, committed: set[str]) -> None:
     """Cancelled as the nth phase's transaction starts: that batch and the ones before it
-    commit whole (transitions, outbox and realtime rows), later phases never start, and
-    no row lock is left behind."""
+    commit whole (transitions, outbox and realtime rows), later phases never start, no row
+    lock is left behind, and the run is counted as cancelled, not as an error."""
     per_phase = 12
     seed_three_phases(conn, per_phase)
+    cancelled = metric("messenger_conf_reaper_run_total", status="cancelled")
     async with open_database(cfg.postgres.dsn.reveal(), size=2) as db, \
             open_media_client(cfg.media) as http:
         with trio.CancelScope() as scope:
             job = reaper_job(cfg, CancelOnNthTransaction(db, scope, nth), http)
             await run_reaper_cycle(job, CycleContext(JOB, str(uuid.uuid4())))
     assert scope.cancelled_caught
+    assert metric("messenger_conf_reaper_run_total", status="cancelled") == cancelled + 1
     assert_each_phase_all_or_nothing(conn, per_phase)
     reasons = {r for _, r in conference_statuses(conn).values() if r is not None}
     assert reasons == committed
