@@ -62,10 +62,14 @@ def test_alert_rules_pass_promtool() -> None:
 def test_every_rule_uses_only_exported_metrics() -> None:
     """A typo in a metric name would make an alert silently never fire."""
     exported = exported_names()
+    recorded = {str(r["record"]) for r in rules() if "record" in r}
     for rule in rules():
-        used = metric_names(str(rule["expr"]))
-        assert used, rule
+        expr = str(rule["expr"])
+        used = metric_names(expr)
+        via_records = set(re.findall(r"[a-zA-Z_]+:[a-zA-Z0-9_:]+", expr))
+        assert used or via_records, rule
         assert used <= exported, (rule.get("alert") or rule.get("record"), used - exported)
+        assert via_records <= recorded, via_records - recorded
 
 
 def test_both_seeds_alerts_are_present() -> None:
