@@ -64,9 +64,10 @@ WITH rooms AS (
            CASE WHEN k.status = 'Active' THEN now() - interval '5 hours' END,
            now() - k.idle + g * interval '1 millisecond',
            k.active, 4, now()
-    FROM (VALUES ('Active', interval '10 minutes', 0, 0),
-                 ('Provisioning', interval '6 hours', 0, 1),
-                 ('Active', interval '5 hours', 2, 2)) AS k(status, idle, active, phase),
+    FROM (VALUES ('Active', interval '10 minutes', 0),      -- empty-room
+                 ('Provisioning', interval '6 hours', 0),  -- provision-timeout
+                 ('Active', interval '5 hours', 2)         -- stale-live
+         ) AS k(status, idle, active),
          generate_series(1, %(n)s) AS g
     RETURNING id, chat_id, deal_id, tenant_id, status, created_at
 ),
@@ -188,8 +189,7 @@ def main() -> None:
     med_cycle, med_floor = statistics.median(cycle_s), statistics.median(floor_s)
     print(f"conferences per cycle: {3 * args.batch_size} due (batch_size {args.batch_size}"
           f" x 3 phases, 4 participants each); reaped per cycle: {sorted(set(reaped))};"
-          f" floor rows: {floor_rows}; recorder stops sent: {stops} over {args.rounds} rounds"
-          " (+ warm-up)")
+          f" floor rows: {floor_rows}; recorder stops sent: {stops} over {args.rounds} rounds")
     print("cycle  (run_reaper_cycle) ms: " + " ".join(f"{x * 1e3:.1f}" for x in cycle_s))
     print("floor  (plain SQL, 1 tx)  ms: " + " ".join(f"{x * 1e3:.1f}" for x in floor_s))
     print(f"median cycle {med_cycle * 1e3:.1f} ms, median floor {med_floor * 1e3:.1f} ms,"
