@@ -15,7 +15,8 @@ each with 4 roster rows, and a running recording on every 10th ended room; then 
 and prints the medians and their ratio (target: cycle < 10 x floor and < 0.5 s).
 
 It starts its own PostgreSQL (``supervision.devstack.PostgresServer`` in a temp dir:
-loopback TCP, fsync and synchronous_commit off) and always stops it. Run:
+loopback TCP, fsync and synchronous_commit off) and the media stand-in
+(``tests/media_stub.py``) as a separate process, and always stops both. Run:
 
     cd /work/main && .venv/bin/python bench/conference_reaper.py [--batch-size 100] [--rounds 7]
 """
@@ -26,6 +27,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +38,7 @@ from typing import Any
 import psycopg
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from actors.conference_reaper import ReaperJob, run_reaper_cycle  # noqa: E402
 from actors.lock_keeper import CycleContext  # noqa: E402
@@ -46,7 +48,8 @@ from supervision.database import open_database  # noqa: E402
 from supervision.devstack import PostgresServer  # noqa: E402
 from supervision.logs import configure_logging  # noqa: E402
 from supervision.migrate import migrate  # noqa: E402
-from tests.media_stub import serve_media_stub  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESET = """
 TRUNCATE messenger.conference_participants, messenger.conference_sessions,
@@ -179,10 +182,19 @@ def main() -> None:
     try:
         server.start()
         migrate(server.dsn)
-        with serve_media_stub() as media:
-            cycle_s, floor_s, reaped, floor_rows = trio.run(
-                cycles, server.dsn, media.base_url, args.batch_size, args.rounds)
-            stops = len(media.requests)
+        # the stand-in in a process of its own, as the media stack would be (in this one
+        # its HTTP threads would compete with the cycle for the GIL)
+        with subprocess.Popen([sys.executable, "-m", "tests.media_stub"], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                              ) as media:
+            assert media.stdin is not None and media.stdout is not None
+            base_url = media.stdout.readline().strip()
+            try:
+                cycle_s, floor_s, reaped, floor_rows = trio.run(
+                    cycles, server.dsn, base_url, args.batch_size, args.rounds)
+            finally:
+                media.stdin.close()
+                stops = int(media.stdout.readline() or 0)
     finally:
         server.stop()
         shutil.rmtree(base_dir, ignore_errors=True)

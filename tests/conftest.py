@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,9 +13,24 @@ from psycopg import sql
 
 from supervision.config import Config, config_from_dict
 from supervision.devstack import KafkaServer, PostgresServer, S3Server
+from supervision.logs import configure_logging
 from supervision.migrate import migrate
+from tests.logscan import KNOWN_SECRETS, leaks
 
 pytest_plugins = ["tests.stack_fixtures"]
+
+TEST_SECRETS = {"media-bearer-token", "very-secret-key", "hunter2"}
+
+
+@pytest.fixture(autouse=True)
+def no_secrets_in_logs() -> Iterator[io.StringIO]:
+    """Every log line any test makes goes through the JSON renderer into a buffer, which is
+    scanned afterwards for the servers' passwords and keys and for URLs with credentials:
+    no secret may reach a log line, whatever the test did."""
+    buffer = io.StringIO()
+    configure_logging("debug", "json", stream=buffer)
+    yield buffer
+    assert leaks(buffer.getvalue(), KNOWN_SECRETS | TEST_SECRETS) == []
 
 TEMPLATE_DB = "safetynet_template"
 

@@ -82,6 +82,7 @@ class MediaStub:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -109,6 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the default 5 drops SYNs under a concurrent fan-out
     stub: MediaStub
 
 
@@ -134,3 +136,18 @@ def media_stub() -> Iterator[MediaStub]:
     """A fresh media-stack stand-in for this test."""
     with serve_media_stub() as stub:
         yield stub
+
+
+def main() -> None:
+    """``python -m tests.media_stub``: serve on a free port in a process of its own; print
+    the base URL, serve until stdin closes, then print how many requests arrived."""
+    import sys
+
+    with serve_media_stub() as stub:
+        print(stub.base_url, flush=True)
+        sys.stdin.read()
+        print(len(stub.requests), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -24,6 +24,7 @@ from supervision.devstack import (
     start_all,
     stop_all,
 )
+from tests.logscan import KNOWN_SECRETS
 
 __all__ = [
     "dev_stack",
@@ -61,6 +62,10 @@ class LazyStack:
             raise
         for name, server in new.items():
             setattr(self.stack, name, server)
+            if isinstance(server, PostgresServer):
+                KNOWN_SECRETS.add(server.password)
+            elif isinstance(server, S3Server):
+                KNOWN_SECRETS.add(server.credentials.secret_access_key)
         return self.stack
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ import pytest
 import tomli_w
 
 from supervision.devstack import S3Server
+from tests.logscan import KNOWN_SECRETS, leaks
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 3000
@@ -121,6 +122,7 @@ def test_sigterm_mid_cycle_exits_0_within_grace_with_nothing_half_done(
     assert scalar(db_dsn, ADVISORY) == 0
     names = [e.get("event") for e in events(log)]
     assert "shutdown_requested" in names and names[-1] == "daemon_stopped"
+    assert leaks(log.read_text(), KNOWN_SECRETS) == [], "the daemon logged a secret"
 
 
 def test_second_sigterm_stops_at_once_and_still_leaves_nothing_half_done(

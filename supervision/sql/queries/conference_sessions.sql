@@ -86,13 +86,13 @@ ORDER BY cl.sort_key, cl.id;
 -- headers carry a per-conference event id computed by the caller).
 --   judged: the guard: the row must still be in %(from_status)s; a conference that is
 --           to be Ended must not have started after AsOf (its duration would be
---           negative): such a row is rejected (poison), left untouched for the runbook;
+--           negative): such a row is rejected (poison), left untouched for the runbook.
+--           With it, the conference's latest non-Failed recording (WasRecorded,
+--           RecordingId) and the recordings still running (stop signals after commit);
 --   upd:    the terminal transition (INV-CONF-4), under the status guard; the duration is
 --           whole seconds from started_at to AsOf (NULL without started_at, never for
 --           Failed); a value that does not fit (e.g. started_at = 0001-01-01) raises and
 --           sends the caller to the per-row fallback;
---   rec:    per conference, its latest non-Failed recording (WasRecorded/RecordingId) and
---           the recordings still running (the recorder stop signals after commit);
 --   ob:     the conference-ended outbox row (only with %(emit_event)s: never for
 --           Provisioning -> Failed), idempotent by ConferenceId through ux_outbox_dedupe;
 --   rt:     the realtime row for hub-push: reference ids and enums only.
@@ -103,7 +103,16 @@ WITH judged AS (
                WHEN c.status <> %(from_status)s::text THEN 'status_changed:' || c.status
                WHEN %(to_status)s::text = 'Ended' AND c.started_at > %(as_of)s
                    THEN 'started_after_as_of'
-           END AS rejected
+           END AS rejected,
+           (SELECT r.id FROM messenger.call_recordings r
+            WHERE r.session_kind = 'Conference' AND r.session_id = c.id
+              AND r.status <> 'Failed'
+            ORDER BY r.created_at DESC, r.id DESC
+            LIMIT 1) AS recording_id,
+           ARRAY(SELECT r.id FROM messenger.call_recordings r
+                 WHERE r.session_kind = 'Conference' AND r.session_id = c.id
+                   AND r.status IN ('Pending', 'Recording', 'Uploading')
+                 ORDER BY r.created_at, r.id) AS active_recordings
     FROM unnest(%(ids)s::uuid[], %(headers)s::jsonb[]) AS h(id, headers)
     JOIN messenger.conference_sessions c ON c.id = h.id
 ),
@@ -118,20 +127,7 @@ upd AS (
         updated_at = now()
     FROM judged j
     WHERE c.id = j.id AND j.rejected IS NULL AND c.status = %(from_status)s::text
-    RETURNING c.*, j.headers
-),
-rec AS (
-    SELECT u.id AS conference_id,
-           (SELECT r.id FROM messenger.call_recordings r
-            WHERE r.session_kind = 'Conference' AND r.session_id = u.id
-              AND r.status <> 'Failed'
-            ORDER BY r.created_at DESC, r.id DESC
-            LIMIT 1) AS recording_id,
-           ARRAY(SELECT r.id FROM messenger.call_recordings r
-                 WHERE r.session_kind = 'Conference' AND r.session_id = u.id
-                   AND r.status IN ('Pending', 'Recording', 'Uploading')
-                 ORDER BY r.created_at, r.id) AS active_recordings
-    FROM upd u
+    RETURNING c.*, j.headers, j.recording_id, j.active_recordings
 ),
 ob AS (
     INSERT INTO messenger.integration_outbox
@@ -157,11 +153,10 @@ ob AS (
                           ORDER BY p.joined_at, p.user_id)
                    FROM messenger.conference_participants p
                    WHERE p.conference_id = u.id), '[]'::jsonb),
-               'WasRecorded', rec.recording_id IS NOT NULL,
-               'RecordingId', rec.recording_id),
+               'WasRecorded', u.recording_id IS NOT NULL,
+               'RecordingId', u.recording_id),
            u.headers
     FROM upd u
-    JOIN rec ON rec.conference_id = u.id
     WHERE %(emit_event)s
     ON CONFLICT (topic, dedupe_key) DO NOTHING
     RETURNING dedupe_key
@@ -176,11 +171,10 @@ rt AS (
     RETURNING reference_id
 )
 SELECT j.id, j.chat_id, j.deal_id, j.rejected, u.status, u.end_reason, u.duration_seconds,
-       COALESCE(rec.active_recordings, '{}'::uuid[]) AS active_recordings,
+       COALESCE(u.active_recordings, '{}'::uuid[]) AS active_recordings,
        ob.dedupe_key IS NOT NULL AS enqueued
 FROM judged j
 LEFT JOIN upd u ON u.id = j.id
-LEFT JOIN rec ON rec.conference_id = j.id
 LEFT JOIN ob ON ob.dedupe_key = j.id::text;
 
 -- name: conference_sessions_active_backlog --
