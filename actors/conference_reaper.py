@@ -124,13 +124,15 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
                             break
                         result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
                                                      ctx.job_run_id)
-                        _account(result, counts)
                         if result.enqueued:
                             job.wake_relay()
+                        # logs and counts overlap the next phase's transaction (the task
+                        # has no checkpoint: it runs whole even if the cycle is cancelled)
+                        nursery.start_soon(_report, result, counts)
                         for reaped in result.reaped:
                             for recording_id in reaped.active_recordings:
-                                await stops_send.send(
-                                    StopRecording(recording_id, reaped.conference_id))
+                                await _enqueue(stops_send,
+                                               StopRecording(recording_id, reaped.conference_id))
                 except Exception as exc:  # batches already committed still get their stops
                     failure = exc
         if failure is not None:
@@ -150,7 +152,16 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
             await refresh_backlog(job.db, job.cfg)
 
 
-def _account(result: PhaseResult, counts: ReaperCounts) -> None:
+async def _enqueue(channel: trio.MemorySendChannel[StopRecording],
+                   request: StopRecording) -> None:
+    """Hand a stop to the sender without yielding unless its queue is full."""
+    try:
+        channel.send_nowait(request)
+    except trio.WouldBlock:
+        await channel.send(request)
+
+
+async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
     phase = result.phase
     counts.skipped_locked += result.skipped_locked
     CR_SKIP_LOCKED.inc(result.skipped_locked)

@@ -43,6 +43,7 @@ from supervision.metrics import (
     RF_TRANSIENT,
 )
 from supervision.objectstore import Fault, Found, Missing, Poison, Transient
+from supervision.tracing import span
 
 log = structlog.get_logger("finalize_committer")
 
@@ -53,8 +54,12 @@ async def serve_finalize_committer(
 ) -> None:
     """Commit outcomes until *inbox* is closed and drained."""
     async for outcome in inbox:
+        row = outcome.row
         try:
-            await _commit(db, cfg, job_run_id, counts, outcome, wake_relay)
+            with span("recording-finalize.row", recording_id=row.recording_id,
+                      phase=row.phase, attempts=row.attempts, tenant_id=row.tenant_id,
+                      decision=type(outcome.decision).__name__):
+                await _commit(db, cfg, job_run_id, counts, outcome, wake_relay)
         except (psycopg.DataError, psycopg.IntegrityError) as exc:
             reason = f"malformed:{type(exc).__name__}"
             log.error("item_failed", recording_id=outcome.row.recording_id, error=reason)

@@ -27,6 +27,7 @@ class ClaimedRow:
     recording_status: str | None
     old_attempts: int
     old_next_attempt_at: dt.datetime
+    tenant_id: str | None = None
 
 
 @attrs.frozen

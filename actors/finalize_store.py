@@ -75,6 +75,7 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
             attempts=rec["attempts"], phase=rec["phase"],
             recording_status=rec["recording_status"], old_attempts=rec["old_attempts"],
             old_next_attempt_at=rec["old_next_attempt_at"],
+            tenant_id=None if rec["tenant_id"] is None else str(rec["tenant_id"]),
         ))
     return Claim(rows, rescheduled, skipped)
 

@@ -46,6 +46,7 @@ from supervision.metrics import (
     OUTBOX_PUBLISHED,
 )
 from supervision.queries import QUERIES
+from supervision.tracing import span
 
 log = structlog.get_logger("outbox_relay")
 
@@ -149,6 +150,13 @@ def waves(rows: Sequence[Row], now: float, retry_at: dict[int, float]) -> list[l
 
 async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
     """Publish until nothing publishable is left (or the run's time bound)."""
+    with span("outbox-relay.cycle", job_run_id=ctx.job_run_id) as cycle_span:
+        counts = await _drain(job)
+        cycle_span.set_attributes(counts.as_json())
+        return counts
+
+
+async def _drain(job: RelayJob) -> RelayCounts:
     started = trio.current_time()
     counts = RelayCounts()
     state = job.state

@@ -43,6 +43,7 @@ from supervision.metrics import (
     S3_BREAKER_OPEN,
 )
 from supervision.objectstore import Fault, ObjectStore, Transient
+from supervision.tracing import span
 
 log = structlog.get_logger("recording_finalize")
 JOB = "recording-finalize"
@@ -65,6 +66,13 @@ class FinalizeJob:
 
 async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
     """Drain what is due now; return the cycle's counts."""
+    with span("recording-finalize.cycle", job_run_id=ctx.job_run_id) as cycle_span:
+        counts = await _cycle(job, ctx)
+        cycle_span.set_attributes({k: v for k, v in counts.as_json().items() if v})
+        return counts
+
+
+async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
     started = trio.current_time()
     counts = FinalizeCounts()
     status = "error"

@@ -40,14 +40,14 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
-from actors.conference_reaper import ReaperJob, run_reaper_cycle  # noqa: E402
-from actors.lock_keeper import CycleContext  # noqa: E402
-from actors.recorder_signal import open_media_client  # noqa: E402
-from supervision.config import config_from_dict  # noqa: E402
-from supervision.database import open_database  # noqa: E402
-from supervision.devstack import PostgresServer  # noqa: E402
-from supervision.logs import configure_logging  # noqa: E402
-from supervision.migrate import migrate  # noqa: E402
+from actors.conference_reaper import ReaperJob, run_reaper_cycle
+from actors.lock_keeper import CycleContext
+from actors.recorder_signal import open_media_client
+from supervision.config import config_from_dict
+from supervision.database import open_database
+from supervision.devstack import PostgresServer
+from supervision.logs import configure_logging
+from supervision.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,6 +21,7 @@ import tomli_w
 from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
 from supervision.errors import ConfigError, NotYetAvailable, SafetynetError
 from supervision.logs import configure_logging
+from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
 ONCE_READY = ("recording-finalize", "outbox-relay")
@@ -98,6 +99,7 @@ def run(config_files: tuple[Path, ...]) -> None:
 
     cfg = _load(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format)
+    configure_tracing(cfg.tracing)
     sys.exit(trio.run(run_daemon, cfg))
 
 

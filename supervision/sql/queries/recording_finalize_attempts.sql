@@ -37,7 +37,7 @@ due AS (
 ),
 classified AS (
     SELECT d.id, d.attempts AS old_attempts, d.next_attempt_at AS old_next_attempt_at,
-           r.id AS found_recording_id, r.status AS recording_status,
+           r.id AS found_recording_id, r.status AS recording_status, r.tenant_id,
            s.ended_at AS session_ended_at,
            CASE
                WHEN r.id IS NULL THEN 'poison'
@@ -73,7 +73,7 @@ claimed AS (
     WHERE a.id = c.id
     RETURNING a.id, a.recording_id, a.session_kind, a.session_id, a.attempts,
               a.next_attempt_at, c.old_attempts, c.old_next_attempt_at, c.phase,
-              c.recording_status
+              c.recording_status, c.tenant_id
 )
 SELECT c.*, k.skipped_locked
 FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM due))
