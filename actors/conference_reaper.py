@@ -139,8 +139,12 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
             raise failure
         status = "ok"
         return counts
-    except* trio.Cancelled:
+    except trio.Cancelled:
         status = "cancelled"  # a stop, not a failure
+        raise
+    except BaseExceptionGroup as group:  # the nursery's: cancelled if only Cancelled inside
+        if group.split(trio.Cancelled)[1] is None:
+            status = "cancelled"
         raise
     finally:
         elapsed = trio.current_time() - started

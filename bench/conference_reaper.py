@@ -2,7 +2,8 @@
 
 A benchmark (not a test). Each round seeds 3 x batch_size due conferences — batch_size
 empty rooms, batch_size unadmitted Provisioning rooms and batch_size stale live rooms —
-each with 4 roster rows, and a running recording on every 10th ended room; then it times
+each with 4 roster rows, and a running recording on every 10th ended room
+(``--record-every``); then it times
 
   cycle  ``run_reaper_cycle`` as the daemon runs it: AsOf, three claims with SKIP LOCKED,
          three set-based batch statements (payloads with the roster and recordings),
@@ -87,7 +88,7 @@ SELECT gen_random_uuid(), 'Conference', r.id, r.chat_id, r.deal_id, r.tenant_id,
        'Manual', 'Recording', now() - interval '1 hour', now() - interval '1 hour', now()
 FROM (SELECT r.*, row_number() OVER (ORDER BY r.id) AS k FROM rooms r
       WHERE r.status = 'Active') r
-WHERE r.k %% 10 = 0;
+WHERE %(every)s > 0 AND r.k %% greatest(%(every)s, 1) = 0;
 """
 FLOOR = [
     """
@@ -129,10 +130,10 @@ FLOOR = [
 ]
 
 
-def seed(dsn: str, per_phase: int) -> None:
+def seed(dsn: str, per_phase: int, every: int = 10) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(RESET)
-        conn.execute(SEED, {"n": per_phase})
+        conn.execute(SEED, {"n": per_phase, "every": every})
         conn.execute("VACUUM ANALYZE messenger.conference_sessions")
 
 
@@ -147,7 +148,7 @@ def floor_once(conn: psycopg.Connection[Any]) -> tuple[float, int]:
     return time.perf_counter() - started, n
 
 
-async def cycles(dsn: str, base_url: str, batch_size: int, rounds: int
+async def cycles(dsn: str, base_url: str, batch_size: int, rounds: int, every: int
                  ) -> tuple[list[float], list[float], list[int], int]:
     cfg = config_from_dict({"postgres": {"dsn": dsn}, "media": {"base_url": base_url},
                             "jobs": {"conference_reaper": {"batch_size": batch_size}}})
@@ -157,14 +158,14 @@ async def cycles(dsn: str, base_url: str, batch_size: int, rounds: int
         await run_reaper_cycle(job, CycleContext("conference-reaper", "warm-up"))
         with psycopg.connect(dsn, autocommit=True) as floor_conn:
             for _ in range(rounds):
-                seed(dsn, batch_size)
+                seed(dsn, batch_size, every)
                 started = trio.current_time()
                 counts = await run_reaper_cycle(
                     job, CycleContext("conference-reaper", str(uuid.uuid4())))
                 cycle_s.append(trio.current_time() - started)
                 reaped.append(counts.empty_timeout + counts.provision_failed
                               + counts.stale_timeout)
-                seed(dsn, batch_size)
+                seed(dsn, batch_size, every)
                 elapsed, n = floor_once(floor_conn)
                 floor_s.append(elapsed)
                 floor_rows = n
@@ -175,6 +176,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--record-every", type=int, default=10,
+                        help="a running recording on every Nth ended room (0: none)")
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
     base_dir = Path(tempfile.mkdtemp(prefix="bench-reaper-"))
@@ -191,7 +194,8 @@ def main() -> None:
             base_url = media.stdout.readline().strip()
             try:
                 cycle_s, floor_s, reaped, floor_rows = trio.run(
-                    cycles, server.dsn, base_url, args.batch_size, args.rounds)
+                    cycles, server.dsn, base_url, args.batch_size, args.rounds,
+                    args.record_every)
             finally:
                 media.stdin.close()
                 stops = int(media.stdout.readline() or 0)

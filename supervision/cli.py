@@ -26,6 +26,7 @@ from supervision.tracing import configure_tracing
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
 ONCE_READY = ("recording-finalize", "outbox-relay")
 EXIT_INFRA = 1
+EXIT_SLO = 2  # status: an SLO is violated; requeue: an unknown id
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -139,8 +140,52 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> str:
 @_config_option
 def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Backlogs, oldest ages, quarantine and SLO verdicts; exit 2 when an SLO is violated."""
-    _load(config_files)
-    _not_yet("status")
+    from supervision.runbook import status as read_status
+
+    cfg = _load(config_files)
+    try:
+        with psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True,
+                             connect_timeout=5) as conn:
+            current = read_status(conn, cfg)
+    except psycopg.Error as exc:
+        _fail(f"postgres: {type(exc).__name__}")
+    if as_json:
+        click.echo(json.dumps(current.as_json(), default=str))
+    else:
+        _print_status(current)
+    sys.exit(EXIT_SLO if current.violated else 0)
+
+
+def _print_status(current: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="safetynet status", show_header=True)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for section, values in (("recording-finalize", current.finalize),
+                            ("conference-reaper", current.conferences),
+                            ("outbox", current.outbox)):
+        for key, value in values.items():
+            table.add_row(f"{section} {key}", str(value))
+    console.print(table)
+    if current.quarantined:
+        quarantine = Table(title="quarantined finalize rows (oldest first)")
+        for column in ("recording_id", "attempts", "last_error", "updated_at"):
+            quarantine.add_column(column)
+        for row in current.quarantined:
+            quarantine.add_row(row["recording_id"], row["attempts"], row["last_error"] or "",
+                               row["updated_at"])
+        console.print(quarantine)
+    slos = Table(title="SLO verdicts")
+    slos.add_column("SLO")
+    slos.add_column("verdict")
+    slos.add_column("value", justify="right")
+    for verdict in current.verdicts:
+        slos.add_row(verdict.slo, "[green]ok[/]" if verdict.ok else "[red]VIOLATED[/]",
+                     str(verdict.value))
+    console.print(slos)
 
 
 @main.command()
@@ -148,11 +193,27 @@ def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
 @click.option("--all-quarantined", is_flag=True, help="Re-enqueue every quarantined row.")
 @_config_option
 def requeue(ids: tuple[str, ...], all_quarantined: bool, config_files: tuple[Path, ...]) -> None:
-    """Runbook re-enqueue of finalize rows: Pending, attempts 0, due now."""
+    """Runbook re-enqueue of finalize rows (by row id or recording id): Pending,
+    attempts 0, due now. Unknown ids: exit 2 and nothing changes."""
+    from supervision.runbook import UnknownIds
+    from supervision.runbook import requeue as do_requeue
+
     if bool(ids) == all_quarantined:
         raise click.UsageError("give recording finalize ids or --all-quarantined (not both)")
-    _load(config_files)
-    _not_yet("requeue")
+    cfg = _load(config_files)
+    try:
+        with psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True,
+                             connect_timeout=5) as conn:
+            changed = do_requeue(conn, list(ids), all_quarantined)
+    except UnknownIds as exc:
+        _fail(f"unknown id(s), nothing changed: {exc}", EXIT_SLO)
+    except psycopg.Error as exc:
+        _fail(f"postgres: {type(exc).__name__}")
+    for row in changed:
+        click.echo(f"requeued {row.attempt_id} (recording {row.recording_id}): "
+                   f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
+                   + (f"; last_error was {row.last_error}" if row.last_error else ""))
+    click.echo(f"{len(changed)} row(s) requeued")
 
 
 @main.command()

@@ -5,22 +5,28 @@
 ...     ...                                    # POST {media.base_url}/recordings/{id}/stop
 ...     media.requests                         # what it received, in order
 
-It records every request (method, path, headers, JSON body) before answering, so a test
-that waited for the sender to finish sees every request that reached the server. Stops
-answer 200 unless told otherwise; a hung request is held until the stub stops.
+HTTP/1.1 with keep-alive over TCP, served by ``trio.serve_tcp`` and h11 on an event loop of
+its own (a background thread, or the main thread with ``python -m tests.media_stub``), so
+the client under test goes through a real socket and a real HTTP parser. It records every
+request (method, path, headers, JSON body) before answering, so a test that waited for
+the sender to finish sees every request that reached the server. Stops answer 200 unless
+told otherwise; a hung request is held until the stub stops.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from functools import partial
 from typing import Any
 
 import attrs
+import h11
 import pytest
+import trio
 
 __all__ = ["MediaStub", "StubRequest", "media_stub", "serve_media_stub"]
 
@@ -41,18 +47,19 @@ class StubRequest:
 
 
 class MediaStub:
-    def __init__(self, server: ThreadingHTTPServer) -> None:
-        self._server = server
+    """What the stand-in received and how it answers; safe to use from any thread."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._requests: list[StubRequest] = []
         self._answers: dict[str, int] = {}
         self._hanging: set[str] = set()
-        self.released = threading.Event()
+        self.port = 0
+        self.stopped = trio.Event()  # set on the stub's own loop when it stops
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def requests(self) -> list[StubRequest]:
@@ -78,57 +85,87 @@ class MediaStub:
             rid = request.recording_id or ""
             return self._answers.get(rid, 200), rid in self._hanging
 
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
+                                 h11.RemoteProtocolError):
+            async with stream:
+                head: h11.Request | None = None
+                body = b""
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        conn.receive_data(await stream.receive_some(65536))
+                    elif isinstance(event, h11.Request):
+                        head, body = event, b""
+                    elif isinstance(event, h11.Data):
+                        body += bytes(event.data)
+                    elif isinstance(event, h11.EndOfMessage) and head is not None:
+                        await self._respond(stream, conn, head, body)
+                        if conn.our_state is not h11.DONE:
+                            return
+                        conn.start_next_cycle()
+                    else:  # ConnectionClosed, PAUSED
+                        return
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out as separate writes
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+    async def _respond(self, stream: trio.SocketStream, conn: h11.Connection,
+                       head: h11.Request, raw: bytes) -> None:
         try:
-            body = json.loads(raw) if raw else None
+            body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode(errors="replace")
-        stub = self.server.stub
-        status, hang = stub._record(StubRequest(
-            "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        request = StubRequest(
+            head.method.decode(), head.target.decode(),
+            {k.decode().lower(): v.decode() for k, v in head.headers}, body)
+        status, hang = self._record(request)
         if hang:
-            stub.released.wait(30)
+            await self.stopped.wait()
+            return
         payload = b"{}"
-        with contextlib.suppress(OSError):  # the client may have given up meanwhile
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+        await stream.send_all(
+            conn.send(h11.Response(status_code=status, headers=[
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(payload)))]))
+            + (conn.send(h11.Data(data=payload)) or b"")
+            + (conn.send(h11.EndOfMessage()) or b""))
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # the default 5 drops SYNs under a concurrent fan-out
-    stub: MediaStub
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Serve on a free loopback port until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(partial(
+                    trio.serve_tcp, self._serve_connection, 0, host="127.0.0.1",
+                    backlog=128))
+                self.port = listeners[0].socket.getsockname()[1]
+                task_status.started()
+        finally:
+            self.stopped.set()
 
 
 @contextlib.contextmanager
 def serve_media_stub() -> Iterator[MediaStub]:
-    """The stand-in on 127.0.0.1 (a free port), stopped on every exit path."""
-    server = _Server(("127.0.0.1", 0), _Handler)
-    stub = MediaStub(server)
-    server.stub = stub
-    thread = threading.Thread(target=server.serve_forever, name="media-stub", daemon=True)
+    """The stand-in on its own Trio loop in a background thread, stopped on every exit."""
+    stub = MediaStub()
+    ready = threading.Event()
+    loop: dict[str, Any] = {}
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            loop["scope"], loop["token"] = scope, trio.lowlevel.current_trio_token()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(stub.serve)
+                ready.set()
+
+    thread = threading.Thread(target=trio.run, args=(main,), name="media-stub", daemon=True)
     thread.start()
+    if not ready.wait(10):
+        raise RuntimeError("the media stub did not start")
     try:
         yield stub
     finally:
-        stub.released.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+        trio.from_thread.run_sync(loop["scope"].cancel, trio_token=loop["token"])
+        thread.join(10)
 
 
 @pytest.fixture
@@ -138,16 +175,17 @@ def media_stub() -> Iterator[MediaStub]:
         yield stub
 
 
-def main() -> None:
-    """``python -m tests.media_stub``: serve on a free port in a process of its own; print
-    the base URL, serve until stdin closes, then print how many requests arrived."""
-    import sys
-
-    with serve_media_stub() as stub:
+async def _main() -> None:
+    """``python -m tests.media_stub``: serve in a process of its own; print the base URL,
+    serve until stdin closes, then print how many requests arrived."""
+    stub = MediaStub()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stub.serve)
         print(stub.base_url, flush=True)
-        sys.stdin.read()
+        await trio.to_thread.run_sync(sys.stdin.read)
         print(len(stub.requests), flush=True)
+        nursery.cancel_scope.cancel()
 
 
 if __name__ == "__main__":
-    main()
+    trio.run(_main)

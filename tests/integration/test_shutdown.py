@@ -180,15 +180,3 @@ def test_actor_crashing_on_every_start_escalates_and_exits_1(
     # and each of its three incarnations restarts the keeper twice
     assert restarts.count("jobs") == 2
     assert restarts.count("lock-keeper:recording-finalize") == 6
-
-
-@pytest.mark.parametrize("verb", ["status", "requeue"])
-def test_verbs_not_built_yet_say_so_without_traceback(verb: str, tmp_path: Path) -> None:
-    """Placeholders exit non-zero with one clear line."""
-    cfg = tmp_path / "c.toml"
-    cfg.write_text('[postgres]\ndsn = "postgresql://x@127.0.0.1/x"\n')
-    args = ["--all-quarantined"] if verb == "requeue" else []
-    proc = subprocess.run([sys.executable, "-m", "supervision", verb, "-c", str(cfg), *args],
-                          capture_output=True, text=True, cwd=ROOT, check=False)
-    assert proc.returncode == 1
-    assert "not available yet" in proc.stderr and "Traceback" not in proc.stderr

@@ -213,3 +213,23 @@ SELECT count(*) FILTER (WHERE status = 'Pending') AS backlog,
        COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'Pending')), 0)
            AS oldest_age_seconds
 FROM messenger.recording_finalize_attempts;
+
+-- name: finalize_attempts_lookup --
+-- Runbook: finalize rows named by their own id or by their recording's id.
+SELECT id, recording_id, status, attempts, last_error
+FROM messenger.recording_finalize_attempts
+WHERE id = ANY(%(ids)s::uuid[]) OR recording_id = ANY(%(ids)s::uuid[])
+FOR UPDATE;
+
+-- name: finalize_attempts_quarantined_list --
+SELECT id, recording_id, attempts, last_error, updated_at
+FROM messenger.recording_finalize_attempts
+WHERE status = 'Quarantined'
+ORDER BY updated_at
+LIMIT %(limit)s;
+
+-- name: finalize_attempts_quarantined_ids --
+SELECT id, recording_id, status, attempts, last_error
+FROM messenger.recording_finalize_attempts
+WHERE status = 'Quarantined'
+FOR UPDATE;

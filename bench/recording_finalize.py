@@ -1,0 +1,461 @@
+"""How fast does recording-finalize drain a backlog, against its two ceilings? (issue 4)
+
+A benchmark (not a test). Each round seeds ``--rows`` due finalize rows the way the
+messenger service leaves them (``tests/messenger.py``'s rows, written set-based: an ended
+1:1 call, its recording, a Pending finalize row due now; sessions ended an hour ago, the
+SLA is 30 min, so every row is past it) and measures:
+
+  mixed drain   70% Uploading with the binary in SeaweedFS (content type and duration
+                metadata: reconciled), 20% Uploading with no binary (404: Failed/Timeout),
+                10% Available but unpublished (no HEAD: republished). Drained in-process
+                with run-once semantics: ``run_finalize_cycle`` on ``open_resources``
+                (pool of 6, 2 committers, s3.concurrency 8, batch_size 100,
+                max_run_duration 10m) until a cycle finds nothing due; JSON logs rendered
+                to /dev/null as in the daemon.
+  S3 ceiling    signed HEADs of the same objects (the 90% that need one) from 8 Trio tasks
+                through the same ``open_object_store`` + ``head_recording``, no database;
+                measured right before and right after the drain, the ratio uses their mean:
+                ideal = (rows needing a HEAD) / ceiling; ratio = ideal / drain time
+                (target >= 0.8).
+  DB-bound      all rows Available-unpublished (no S3 at all), drained the same way.
+  pgbench       the same per-row statement (``finalize_attempts_publish_available``,
+                transition=false), one row per transaction, 4 clients, prepared, each
+                client walking its own slice of the same seeded rows: the ceiling of the
+                DB-bound drain (target >= 0.5). Also shown, not used for the ratio: the
+                same statement wrapped in BEGIN/COMMIT (what ``Database.atomic`` sends).
+  memory        peak RSS of this process during the mixed drain (psutil every 10 ms;
+                ru_maxrss is the lifetime peak); target < 150 MB.
+
+CPU per row of each process (this Python process, the postmaster and its backends, weed,
+pgbench) is shown for every measurement: on a 2-core machine it says what saturates.
+
+Then, on the DB-bound workload again (reported, not timed against anything): one drain
+with every database call timed on both sides of the thread crossing, and one drain under
+yappi (CPU clock, every thread) when yappi is installed (``pip install yappi``).
+
+It starts its own PostgreSQL and SeaweedFS (``supervision.devstack``, in a temp dir) and
+always stops them. Run:
+
+    cd /work/main && .venv/bin/python bench/recording_finalize.py [--rows 5000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import trio
+from httpx_auth import AWS4Auth
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from actors.finalize_state import FinalizeCounts
+from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_headers
+from actors.lock_keeper import CycleContext
+from actors.recording_finalize import JOB, FinalizeJob, run_finalize_cycle
+from bench._measure import (
+    CpuMeter,
+    RssSampler,
+    TimedDatabase,
+    ru_maxrss_bytes,
+    spread,
+    yappi_available,
+    yappi_profile,
+    yappi_report,
+)
+from supervision.app import POOL_SIZE, open_resources
+from supervision.config import Config, config_from_dict
+from supervision.devstack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
+from supervision.logs import configure_logging
+from supervision.migrate import migrate
+from supervision.objectstore import open_object_store
+from supervision.queries import QUERIES
+from tests.messenger import PREFIX
+
+BUCKET = "bench-recordings"
+PGBENCH_CLIENTS = 4
+RESET = """
+TRUNCATE messenger.call_sessions, messenger.call_recordings,
+         messenger.recording_finalize_attempts, messenger.integration_outbox,
+         messenger.realtime_outbox
+"""
+# The rows of tests/messenger.py's insert_call_session + insert_recording + insert_attempt,
+# set-based. Ids are md5(tag || kind || n)::uuid so that Python (the uploads) and pgbench
+# (its per-client slices) can name them. Row n is Available-unpublished when n % 10 = 9 in
+# the mixed workload, and always in the DB-bound one.
+SEED = """
+WITH src AS (
+    SELECT md5(%(tag)s || 'r' || n)::uuid AS rid, md5(%(tag)s || 's' || n)::uuid AS sid,
+           md5(%(tag)s || 'a' || n)::uuid AS aid,
+           %(all_available)s OR n %% 10 = 9 AS available
+    FROM generate_series(0, %(rows)s - 1) AS n
+),
+sessions AS (
+    INSERT INTO messenger.call_sessions (id, chat_id, deal_id, tenant_id, status,
+        started_at, ended_at, created_at, updated_at)
+    SELECT sid, gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Ended',
+           now() - interval '2 hours', now() - interval '1 hour',
+           now() - interval '2 hours', now()
+    FROM src
+),
+recordings AS (
+    INSERT INTO messenger.call_recordings (id, session_kind, session_id, chat_id, deal_id,
+        tenant_id, media_type, trigger, status, file_id, size_bytes, duration_seconds,
+        format, started_at, ended_at, available_at, created_at, updated_at)
+    SELECT rid, 'Direct', sid, gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+           'Audio', 'Manual', CASE WHEN available THEN 'Available' ELSE 'Uploading' END,
+           CASE WHEN available THEN %(prefix)s || rid END,
+           CASE WHEN available THEN 1234 END, CASE WHEN available THEN 42 END,
+           CASE WHEN available THEN 'Ogg' END,
+           now() - interval '2 hours', now() - interval '1 hour',
+           CASE WHEN available THEN now() END, now() - interval '2 hours', now()
+    FROM src
+)
+INSERT INTO messenger.recording_finalize_attempts (id, recording_id, session_kind,
+    session_id, status, attempts, next_attempt_at, created_at, updated_at)
+SELECT aid, rid, 'Direct', sid, 'Pending', 0, now() - interval '1 second',
+       now() - interval '1 hour', now()
+FROM src
+"""
+STATE = """
+SELECT (SELECT count(*) FROM messenger.call_recordings WHERE status = 'Available'),
+       (SELECT count(*) FROM messenger.call_recordings WHERE status = 'Failed'),
+       (SELECT count(*) FROM messenger.recording_finalize_attempts WHERE status = 'Done'),
+       (SELECT count(*) FROM messenger.integration_outbox),
+       (SELECT count(*) FROM messenger.realtime_outbox)
+"""
+
+
+def rid(tag: str, n: int) -> str:
+    import hashlib
+
+    return str(uuid.UUID(hashlib.md5(f"{tag}r{n}".encode()).hexdigest()))
+
+
+def kind(n: int) -> str:
+    """The mixed workload: 70% present, 20% missing, 10% Available-unpublished."""
+    return "present" if n % 10 < 7 else "missing" if n % 10 < 9 else "available"
+
+
+def make_config(dsn: str, s3: S3Server) -> Config:
+    creds = s3.credentials
+    return config_from_dict({
+        "postgres": {"dsn": dsn},
+        "s3": {"endpoint_url": s3.endpoint_url, "bucket": BUCKET, "key_prefix": PREFIX,
+               "access_key_id": creds.access_key_id,
+               "secret_access_key": creds.secret_access_key, "region": creds.region,
+               "timeout": "5s", "concurrency": 8},
+        "jobs": {"recording_finalize": {"batch_size": 100, "finalize_sla_timeout": "30m",
+                                        "max_run_duration": "10m", "lock_ttl": "11m"}},
+    })
+
+
+def seed(dsn: str, tag: str, rows: int, all_available: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(RESET)
+        conn.execute(SEED, {"tag": tag, "rows": rows, "all_available": all_available,
+                            "prefix": PREFIX})
+        conn.execute("VACUUM ANALYZE messenger.call_sessions, messenger.call_recordings,"
+                     " messenger.recording_finalize_attempts")
+
+
+def db_state(dsn: str) -> tuple[int, ...]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(STATE).fetchone()
+    assert row is not None
+    return tuple(int(x) for x in row)
+
+
+# ------------------------------------------------------------------------------ S3 side
+
+
+async def upload(s3: S3Server, keys: list[str], concurrency: int = 16) -> float:
+    """PUT the binaries the recorder would have uploaded (64 bytes, audio/ogg, duration)."""
+    c = s3.credentials
+    auth = AWS4Auth(c.access_key_id, c.secret_access_key, c.region, "s3")
+    send, recv = trio.open_memory_channel[str](len(keys))
+    for key in keys:
+        send.send_nowait(key)
+    send.close()
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=s3.endpoint_url, auth=auth, timeout=30) as client:
+
+        async def worker() -> None:
+            async for key in recv:
+                response = await client.put(
+                    f"/{BUCKET}/{key}", content=b"OggS" + b"\0" * 60,
+                    headers={"Content-Type": "audio/ogg", "x-amz-meta-duration-seconds": "42"})
+                response.raise_for_status()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(worker)
+    return time.perf_counter() - started
+
+
+async def s3_ceiling(cfg: Config, recording_ids: list[str]) -> tuple[float, Counter[str]]:
+    """Seconds for signed HEADs of *recording_ids* from s3.concurrency tasks, no database."""
+    outcomes: Counter[str] = Counter()
+    send, recv = trio.open_memory_channel[str](len(recording_ids))
+    for r in recording_ids:
+        send.send_nowait(r)
+    send.close()
+    async with open_object_store(cfg.s3) as store:
+        await store.head_bucket()  # one connection up, as the cycle's probe does
+
+        async def worker() -> None:
+            async for r in recv:
+                outcomes[type(await store.head_recording(r)).__name__] += 1
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(cfg.s3.concurrency):
+                nursery.start_soon(worker)
+        return time.perf_counter() - started, outcomes
+
+
+# ------------------------------------------------------------------------------ drains
+
+
+def _did_work(c: FinalizeCounts) -> bool:
+    return bool(c.reconciled + c.republished + c.failed + c.quarantined + c.transient
+                + c.rescheduled + c.config_fault)
+
+
+async def drain(cfg: Config, wrap_db: Any = None) -> tuple[float, FinalizeCounts, int]:
+    """Run cycles until one finds nothing due; (seconds, summed counts, cycles)."""
+    total = FinalizeCounts()
+    cycles = 0
+    async with open_resources(cfg) as res:
+        db = wrap_db(res.db) if wrap_db else res.db
+        job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db, res.store,
+                          res.wakeup.wake)
+        started = time.perf_counter()
+        while True:
+            counts = await run_finalize_cycle(job, CycleContext(JOB, str(uuid.uuid4())))
+            cycles += 1
+            for field in ("reconciled", "republished", "failed", "quarantined", "transient",
+                          "rescheduled", "skipped_locked", "config_fault"):
+                setattr(total, field, getattr(total, field) + getattr(counts, field))
+            if not _did_work(counts):
+                break
+        return time.perf_counter() - started, total, cycles
+
+
+# ------------------------------------------------------------------------------ pgbench
+
+
+def pgbench_script(per_client: int, tag: str, explicit_tx: bool) -> str:
+    """``finalize_attempts_publish_available`` for row n = client_id * per_client + i."""
+    headers = event_headers(TOPIC_RECORDING_AVAILABLE, str(uuid.uuid4()),
+                            "CallRecordingAvailable", str(uuid.uuid4()),
+                            "safetynet.recording-finalize")
+    values = {
+        "recording_id": f"md5('{tag}r' || :n::text)::uuid",
+        "attempt_id": f"md5('{tag}a' || :n::text)::uuid",
+        "transition": "false", "file_id": "NULL", "size_bytes": "NULL",
+        "duration_seconds": "NULL", "format": "NULL",
+        "topic": f"'{TOPIC_RECORDING_AVAILABLE}'", "headers": f"'{headers}'",
+    }
+    sql = re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)],
+                 QUERIES["finalize_attempts_publish_available"])
+    body = f"BEGIN;\n{sql};\nCOMMIT;\n" if explicit_tx else f"{sql};\n"
+    return f"\\set i :i + 1\n\\set n :client_id * {per_client} + :i - 1\n{body}"
+
+
+def pgbench(server: PostgresServer, base_dir: Path, per_client: int, tag: str,
+            explicit_tx: bool) -> float:
+    """Run the script; return pgbench's tps (without connection time)."""
+    script = base_dir / f"publish_available{'_tx' if explicit_tx else ''}.sql"
+    script.write_text(pgbench_script(per_client, tag, explicit_tx))
+    argv = [str(_pg_bin_dir() / "pgbench"), "-n", "-M", "prepared",
+            "-c", str(PGBENCH_CLIENTS), "-j", "2", "-t", str(per_client), "-D", "i=0",
+            "-f", str(script), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres",
+            "postgres"]
+    done = subprocess.run(argv, env={**os.environ, "PGPASSWORD": server.password},
+                          capture_output=True, text=True, check=False)
+    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", done.stdout)
+    if done.returncode != 0 or match is None or "failed transactions: 0 " not in done.stdout:
+        raise RuntimeError(f"pgbench failed:\n{done.stdout}\n{done.stderr}")
+    return float(match.group(1))
+
+
+# ------------------------------------------------------------------------------ rounds
+
+
+def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
+                head_ids: list[str]) -> dict[str, Any]:
+    dsn = cfg.postgres.dsn.reveal()
+    seed(dsn, "m", rows, all_available=False)
+    before, out1 = trio.run(s3_ceiling, cfg, head_ids)
+    meter = CpuMeter(servers)
+    with RssSampler() as rss, meter.measure():
+        seconds, counts, cycles = trio.run(drain, cfg)
+    after, out2 = trio.run(s3_ceiling, cfg, head_ids)
+    present = sum(1 for n in range(rows) if kind(n) == "present")
+    missing = sum(1 for n in range(rows) if kind(n) == "missing")
+    expect = {"Found": present, "Missing": missing}
+    assert out1 == expect and out2 == expect, (out1, out2, expect)
+    available, failed, done, outbox, realtime = db_state(dsn)
+    assert (available, failed, done, outbox, realtime) == (
+        rows - missing, missing, rows, rows - missing, rows), db_state(dsn)
+    assert (counts.reconciled, counts.failed, counts.republished) == (
+        present, missing, rows - present - missing), counts
+    ceiling = len(head_ids) / ((before + after) / 2)
+    ideal = len(head_ids) / ceiling
+    return {"seconds": seconds, "rate": rows / seconds, "cycles": cycles,
+            "head_before": len(head_ids) / before, "head_after": len(head_ids) / after,
+            "ceiling": ceiling, "ratio": ideal / seconds, "peak_rss": rss.peak,
+            "start_rss": rss.start_rss, "cpu": meter}
+
+
+def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None],
+             rows: int, base_dir: Path) -> dict[str, Any]:
+    dsn = cfg.postgres.dsn.reveal()
+    seed(dsn, "d", rows, all_available=True)
+    meter = CpuMeter(servers)
+    with meter.measure():
+        seconds, counts, cycles = trio.run(drain, cfg)
+    assert counts.republished == rows and db_state(dsn)[2:4] == (rows, rows), counts
+    per_client = rows // PGBENCH_CLIENTS
+    results: dict[str, Any] = {"seconds": seconds, "rate": rows / seconds, "cycles": cycles,
+                               "cpu": meter}
+    for explicit_tx in (False, True):
+        seed(dsn, "d", rows, all_available=True)
+        pg_meter = CpuMeter(servers)
+        with pg_meter.measure():
+            tps = pgbench(server, base_dir, per_client, "d", explicit_tx)
+        done, outbox = db_state(dsn)[2:4]
+        assert done == outbox == per_client * PGBENCH_CLIENTS, db_state(dsn)
+        results["tx_tps" if explicit_tx else "tps"] = tps
+        results["tx_cpu" if explicit_tx else "pg_cpu"] = pg_meter
+    results["ratio"] = results["rate"] / results["tps"]
+    return results
+
+
+def profile_db_bound(cfg: Config, rows: int) -> list[str]:
+    dsn = cfg.postgres.dsn.reveal()
+    lines = [f"\nwhere the time goes, DB-bound drain of {rows} rows (not timed against"
+             " anything; each pass re-seeded):"]
+    seed(dsn, "d", rows, all_available=True)
+    timed: list[TimedDatabase] = []
+
+    def wrap(db: Any) -> TimedDatabase:
+        timed.append(TimedDatabase(db))
+        return timed[-1]
+
+    seconds, _, _ = trio.run(drain, cfg, wrap)
+    lines.append(f"1) every database call timed ({rows / seconds:.0f} rows/s in this pass):"
+                 " before = to_thread dispatch + pool checkout (check query) + BEGIN;"
+                 " fn = its statement(s); after = COMMIT + check-in + back into Trio")
+    lines += timed[0].report(rows, "row")
+    if not yappi_available():
+        lines.append("2) yappi not installed (pip install yappi): no CPU profile")
+        return lines
+    seed(dsn, "d", rows, all_available=True)
+    with yappi_profile() as prof:
+        seconds, _, _ = trio.run(drain, cfg)
+    lines.append(f"2) yappi, CPU clock, all threads ({rows / seconds:.0f} rows/s under the"
+                 " profiler):")
+    lines += yappi_report(prof, rows, "row", inclusive=(
+        "publish_available", "claim_due", "_commit", "event_headers", "execute", "connection",
+        "getconn", "putconn", "check_connection", "run_sync", "_log", "info",
+        "render_to_log_kwargs", "__call__", "msg", "asdict", "_call", "work"))
+    return lines
+
+
+def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: Path,
+        profile: bool) -> None:
+    dsn = server.dsn
+    migrate(dsn)
+    s3.create_bucket(BUCKET)
+    cfg = make_config(dsn, s3)
+    present = [f"{PREFIX}{rid('m', n)}" for n in range(rows) if kind(n) == "present"]
+    upload_s = trio.run(upload, s3, present)
+    head_ids = [rid("m", n) for n in range(rows) if kind(n) != "available"]
+    servers = {"postgres": server.pid, "weed": s3.pid}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        version = conn.execute("SELECT version()").fetchone()[0].split(" on ")[0]  # type: ignore[index]
+    print(f"{version} | SeaweedFS (weed mini) | psycopg {psycopg.__version__} | trio"
+          f" {trio.__version__} | httpx {httpx.__version__} | {os.cpu_count()} CPUs, load"
+          f" {os.getloadavg()[0]:.2f} | rows={rows} rounds={rounds}")
+    print(f"mixed: {len(present)} present ({len(present) / upload_s:.0f} PUT/s to seed),"
+          f" {len(head_ids) - len(present)} missing, {rows - len(head_ids)} Available-unpublished;"
+          f" {len(head_ids)} need a HEAD | s3.concurrency {cfg.s3.concurrency},"
+          f" batch_size 100, 2 committers, pool {POOL_SIZE}")
+
+    mixed, dbb = [], []
+    for n in range(rounds):
+        mixed.append(mixed_round(cfg, servers, rows, head_ids))
+        dbb.append(db_round(cfg, server, servers, rows, base_dir))
+        print(f"  round {n + 1} done", file=sys.stderr)
+
+    print(f"\n{'MIXED':8}{'drain s':>8}{'rows/s':>8}{'HEAD/s before':>15}{'after':>7}"
+          f"{'ideal s':>9}{'ratio':>7}{'peak RSS':>10}   CPU per row")
+    for n, m in enumerate(mixed, 1):
+        ideal = len(head_ids) / m["ceiling"]
+        print(f"round {n:<2}{m['seconds']:8.2f}{m['rate']:8.0f}{m['head_before']:15.0f}"
+              f"{m['head_after']:7.0f}{ideal:9.2f}{m['ratio']:7.2f}"
+              f"{m['peak_rss'] / 2**20:8.0f}MB   "
+              f"{m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))}")
+    print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>8}{'pgbench tps':>13}{'ratio':>7}"
+          f"{'BEGIN/COMMIT tps':>18}   CPU per row: drain | pgbench")
+    for n, d in enumerate(dbb, 1):
+        print(f"round {n:<2}{d['seconds']:8.2f}{d['rate']:8.0f}{d['tps']:13.0f}"
+              f"{d['ratio']:7.2f}{d['tx_tps']:18.0f}   "
+              f"{d['cpu'].per_item(rows, ('python', 'postgres'))} | "
+              f"{d['pg_cpu'].per_item(rows, ('children', 'postgres'))}"
+              .replace("children", "pgbench"))
+
+    mixed_ratio = [m["ratio"] for m in mixed]
+    db_ratio = [d["ratio"] for d in dbb]
+    peak = max(m["peak_rss"] for m in mixed) / 2**20
+    ok = {True: "ok", False: "MISSED"}
+    print(f"\nmixed drain rows/s {spread([m['rate'] for m in mixed])}; S3 ceiling HEAD/s"
+          f" {spread([m['ceiling'] for m in mixed])}")
+    print(f"mixed ratio (ideal/actual) {spread(mixed_ratio, '{:.2f}')}"
+          f"  target >= 0.8: {ok[statistics.median(mixed_ratio) >= 0.8]}")
+    print(f"DB-bound rows/s {spread([d['rate'] for d in dbb])}; pgbench tps"
+          f" {spread([d['tps'] for d in dbb])}")
+    print(f"DB-bound ratio (drain/pgbench) {spread(db_ratio, '{:.2f}')}"
+          f"  target >= 0.5: {ok[statistics.median(db_ratio) >= 0.5]}")
+    print(f"peak RSS during the mixed drain {peak:.0f} MB (at its start"
+          f" {mixed[0]['start_rss'] / 2**20:.0f} MB; process lifetime ru_maxrss"
+          f" {ru_maxrss_bytes() / 2**20:.0f} MB)  target < 150 MB: {ok[peak < 150]}")
+    if profile:
+        print("\n".join(profile_db_bound(cfg, rows)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5000, help="rows per drain (default 5000)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
+    parser.add_argument("--no-profile", action="store_true", help="skip the profile passes")
+    args = parser.parse_args()
+    configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
+    base_dir = Path(tempfile.mkdtemp(prefix="bench-finalize-"))
+    servers = [PostgresServer(base_dir), S3Server(base_dir)]
+    try:
+        start_all(servers)
+        run(servers[0], servers[1], args.rows, args.rounds, base_dir,  # type: ignore[arg-type]
+            not args.no_profile)
+    finally:
+        stop_all(servers)
+        shutil.rmtree(base_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

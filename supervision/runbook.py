@@ -1,0 +1,131 @@
+"""Runbook tools behind ``safetynet status`` and ``safetynet requeue``.
+
+Both are plain synchronous functions over one connection: an operator's command, not
+part of the daemon. ``status`` reads the same cheap aggregates the gauges use and judges
+each seed SLO; ``requeue`` re-enqueues finalize rows all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg.rows import dict_row
+
+from actors.finalize_store import stats as finalize_stats
+from supervision.config import Config
+from supervision.queries import QUERIES
+
+
+@attrs.frozen
+class Verdict:
+    slo: str
+    ok: bool
+    value: float
+    detail: str
+
+
+@attrs.frozen
+class Status:
+    finalize: dict[str, Any]
+    quarantined: list[dict[str, Any]]
+    conferences: dict[str, Any]
+    outbox: dict[str, Any]
+    verdicts: list[Verdict]
+
+    @property
+    def violated(self) -> bool:
+        return not all(v.ok for v in self.verdicts)
+
+    def as_json(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["violated"] = self.violated
+        return data
+
+
+def status(conn: psycopg.Connection, cfg: Config) -> Status:
+    rf, cr = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper
+    current = finalize_stats(conn)
+    with conn.cursor(row_factory=dict_row) as cur:
+        slo = cur.execute(QUERIES["slo_recordings"], {
+            "sla": rf.finalize_sla_timeout, "interval": rf.polling_interval}).fetchone()
+        quarantined = cur.execute(QUERIES["finalize_attempts_quarantined_list"],
+                                  {"limit": 20}).fetchall()
+        outbox = cur.execute(QUERIES["outbox_stats"]).fetchone()
+        windows = {"empty_room_grace": cr.empty_room_grace,
+                   "provision_timeout": cr.provision_timeout,
+                   "stale_live_timeout": cr.stale_live_timeout}
+        backlog = cur.execute(QUERIES["conference_sessions_active_backlog"], windows
+                              ).fetchone()
+        overdue = cur.execute(QUERIES["conference_sessions_active_backlog"], {
+            k: v + cr.polling_interval for k, v in windows.items()}).fetchone()
+    assert slo is not None and outbox is not None and backlog is not None
+    assert overdue is not None
+    overdue_n = int(next(iter(overdue.values())))
+    verdicts = [
+        Verdict("recording-finalize: no recording stuck past SLA + interval",
+                slo["stuck"] == 0, slo["stuck"], "recordings Recording/Uploading too long"),
+        Verdict("recording-finalize: Available-unpublished republished within one interval",
+                slo["republish_overdue"] == 0, slo["republish_overdue"],
+                "Available recordings waiting for their event"),
+        Verdict("conference-reaper: rooms closed within window + interval", overdue_n == 0,
+                overdue_n, "active conferences past empty-room/provision/stale window"),
+    ]
+    return Status(
+        finalize={"backlog": current.backlog, "due": current.due,
+                  "quarantined": current.quarantined,
+                  "oldest_age_seconds": round(current.oldest_age_seconds, 1)},
+        quarantined=[{k: str(v) if v is not None else None for k, v in row.items()}
+                     for row in quarantined],
+        conferences={"active_backlog": int(next(iter(backlog.values())))},
+        outbox={"unpublished": int(outbox["unpublished"]),
+                "oldest_age_seconds": round(float(outbox["oldest_age_seconds"]), 1),
+                "blocked_keys": int(outbox["blocked_keys"]),
+                "dead_lettered": int(outbox["dead_lettered"])},
+        verdicts=verdicts,
+    )
+
+
+class UnknownIds(Exception):
+    """Some ids match no finalize row; nothing was changed."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+        super().__init__(", ".join(ids))
+
+
+@attrs.frozen
+class Requeued:
+    attempt_id: str
+    recording_id: str
+    previous_status: str
+    previous_attempts: int
+    last_error: str | None
+
+
+def requeue(conn: psycopg.Connection, ids: list[str], all_quarantined: bool) -> list[Requeued]:
+    """Pending, attempts 0, due now — for every row named (by its id or its recording's
+    id), or every quarantined row. Unknown ids change nothing and raise UnknownIds."""
+    valid = [i for i in ids if _is_uuid(i)]
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        if all_quarantined:
+            rows = cur.execute(QUERIES["finalize_attempts_quarantined_ids"]).fetchall()
+        else:
+            rows = cur.execute(QUERIES["finalize_attempts_lookup"], {"ids": valid}).fetchall()
+            known = {str(r["id"]) for r in rows} | {str(r["recording_id"]) for r in rows}
+            unknown = [i for i in ids if i not in valid or str(uuid.UUID(i)) not in known]
+            if unknown:
+                raise UnknownIds(unknown)
+        cur.execute(QUERIES["finalize_attempts_requeue"], {"ids": [r["id"] for r in rows]})
+    return [Requeued(str(r["id"]), str(r["recording_id"]), r["status"], r["attempts"],
+                     r["last_error"]) for r in rows]
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
