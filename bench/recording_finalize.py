@@ -272,6 +272,10 @@ def pgbench_script(per_client: int, tag: str, explicit_tx: bool) -> str:
     }
     sql = re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)],
                  QUERIES["finalize_attempts_publish_available"])
+    # pgbench takes ':MI' inside the to_char() formats for a variable: spell the colons
+    # as E'\\x3a' (the same string, no colon in the script)
+    sql = re.sub(r"'(YYYY-MM-DD[^']*)'", lambda m: "E'" + m.group(1).replace(":", "\\x3a")
+                 + "'", sql)
     body = f"BEGIN;\n{sql};\nCOMMIT;\n" if explicit_tx else f"{sql};\n"
     return f"\\set i :i + 1\n\\set n :client_id * {per_client} + :i - 1\n{body}"
 

@@ -217,6 +217,39 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, config_files: tuple[Pat
 
 
 @main.command()
+@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to plan.")
+@click.option("--limit", default=100, show_default=True, help="Rows to show at most.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@_config_option
+def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) -> None:
+    """Dry run: what the next cycle of JOB would do per row, and why. Changes nothing."""
+    import trio
+
+    from supervision.plan import plan as make_plan
+
+    cfg = _load(config_files)
+    try:
+        items = trio.run(make_plan, cfg, job, limit)
+    except psycopg.Error as exc:
+        _fail(f"postgres: {type(exc).__name__}")
+    if as_json:
+        for item in items:
+            click.echo(json.dumps({"id": item.id, "phase": item.phase,
+                                   "decision": item.decision, "why": item.why}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"next {job} cycle (dry run, nothing changed)")
+    for column in ("id", "phase", "decision", "why"):
+        table.add_column(column)
+    for item in items:
+        table.add_row(item.id, item.phase, item.decision, item.why)
+    Console().print(table)
+    click.echo(f"{len(items)} item(s)")
+
+
+@main.command()
 @click.option("--dir", "base_dir", type=click.Path(path_type=Path), default=None,
               help="Where the servers keep their data (default: a fresh temp dir).")
 def dev(base_dir: Path | None) -> None:

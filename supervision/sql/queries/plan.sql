@@ -1,0 +1,65 @@
+-- name: plan_finalize_attempts --
+-- Dry run of finalize_attempts_claim_due: the same selection and phase decision, without
+-- locks or writes (rows another runner holds right now are listed too).
+SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at, r.status AS recording_status,
+       s.ended_at AS session_ended_at,
+       CASE
+           WHEN r.id IS NULL THEN 'poison'
+           WHEN r.status IN ('Available', 'Failed') THEN 'terminal'
+           WHEN s.ended_at IS NULL
+                OR s.ended_at > now() - %(sla)s * interval '1 second' THEN 'wait'
+           ELSE 'reconcile'
+       END AS phase,
+       EXISTS (SELECT 1 FROM messenger.integration_outbox o
+               WHERE o.topic = %(topic)s AND o.dedupe_key = a.recording_id::text)
+           AS has_event
+FROM messenger.recording_finalize_attempts a
+LEFT JOIN messenger.call_recordings r ON r.id = a.recording_id
+LEFT JOIN LATERAL (
+    SELECT cs.ended_at FROM messenger.call_sessions cs
+    WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
+    UNION ALL
+    SELECT cf.ended_at FROM messenger.conference_sessions cf
+    WHERE r.session_kind = 'Conference' AND cf.id = r.session_id
+) s ON true
+WHERE a.status = 'Pending' AND a.next_attempt_at <= now()
+ORDER BY a.next_attempt_at, a.id
+LIMIT %(limit)s;
+
+-- name: plan_conference_sessions --
+-- Dry run of the reaper's three phases, in phase order, each conference in the first
+-- phase whose predicate it meets (as the reaper's status guard would have it).
+SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+       CASE
+           WHEN c.status = 'Active' AND c.active_participant_count = 0
+                AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second'
+               THEN 'empty-room'
+           WHEN c.status = 'Provisioning'
+                AND c.created_at <= now() - %(provision_timeout)s * interval '1 second'
+               THEN 'provision-timeout'
+           ELSE 'stale-live'
+       END AS phase,
+       EXISTS (SELECT 1 FROM messenger.call_recordings r
+               WHERE r.session_kind = 'Conference' AND r.session_id = c.id
+                 AND r.status IN ('Pending', 'Recording', 'Uploading')) AS recording_active
+FROM messenger.conference_sessions c
+WHERE c.status IN ('Provisioning', 'Active')
+  AND ((c.status = 'Active' AND c.active_participant_count = 0
+        AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second')
+       OR (c.status = 'Provisioning'
+           AND c.created_at <= now() - %(provision_timeout)s * interval '1 second')
+       OR (c.status = 'Active'
+           AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'))
+ORDER BY phase, c.last_activity_at
+LIMIT %(limit)s;
+
+-- name: plan_integration_outbox --
+SELECT o.id, o.topic, o.message_key, o.event_type, o.publish_attempts, o.last_error,
+       EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
+               WHERE d.topic = o.topic AND d.message_key = o.message_key
+                 AND (d.outbox_id = o.id OR (d.blocks_key AND d.outbox_id < o.id)))
+           AS held
+FROM messenger.integration_outbox o
+WHERE o.published_at IS NULL
+ORDER BY o.id
+LIMIT %(limit)s;
