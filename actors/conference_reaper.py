@@ -31,7 +31,15 @@ be written — e.g. a ``started_at`` of 0001-01-01 (a default ``DateTimeOffset``
 writer), whose duration does not fit ``duration_seconds``. Either is logged
 (``item_failed``), counted (``errors``, ``messenger_conf_reaper_errors_total``) and left
 active for the next cycle and the runbook; the rest of the batch commits. Infrastructure
-failure rolls the phase's batch back whole and ends the cycle with the error.
+failure rolls the phase's batch back whole and ends the cycle with the error (stops for
+the batches committed before it are still sent).
+
+Observability: ``cycle_started`` / ``batch_selected`` / ``conference_reaped`` /
+``item_failed`` / ``cycle_completed`` with the seed's fields, the
+``messenger_conf_reaper_*`` metrics, and spans: ``conference-reaper.cycle`` >
+``conference-reaper.batch`` (per phase) > ``conference-reaper.item`` (per conference,
+recorded after its commit). A phase's logs, counts and item spans are produced in a task
+that overlaps the next phase's transaction.
 
 What cancellation does: the phase in flight commits or rolls back whole
 (``Database.atomic`` is a must-complete block; a hard stop makes PostgreSQL roll it back),
@@ -64,6 +72,7 @@ from supervision.metrics import (
     CR_RUNS,
     CR_SKIP_LOCKED,
 )
+from supervision.tracing import span
 
 log = structlog.get_logger("conference_reaper")
 JOB = "conference-reaper"
@@ -100,6 +109,13 @@ class ReaperJob:
 
 async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
     """Run the three phases once; return the cycle's counts."""
+    with span("conference-reaper.cycle", job_run_id=ctx.job_run_id) as cycle_span:
+        counts = await _cycle(job, ctx)
+        cycle_span.set_attributes({k: v for k, v in counts.as_json().items() if v})
+        return counts
+
+
+async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
     started = trio.current_time()
     counts = ReaperCounts()
     status = "error"
@@ -122,13 +138,19 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
                         if trio.current_time() >= deadline:
                             log.warning("cycle_deadline_reached", phase=phase.name)
                             break
-                        result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
-                                                     ctx.job_run_id)
-                        if result.enqueued:
-                            job.wake_relay()
-                        # logs and counts overlap the next phase's transaction (the task
-                        # has no checkpoint: it runs whole even if the cycle is cancelled)
-                        nursery.start_soon(_report, result, counts)
+                        with span("conference-reaper.batch", phase=phase.name) as batch:
+                            result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
+                                                         ctx.job_run_id)
+                            batch.set_attributes({
+                                "claimed": result.claimed, "reaped": len(result.reaped),
+                                "failed": len(result.failed), "fallback": result.fallback,
+                                "skipped_locked": result.skipped_locked})
+                            if result.enqueued:
+                                job.wake_relay()
+                            # logs, counts and item spans overlap the next phase's
+                            # transaction (the task has no checkpoint: it runs whole even
+                            # if the cycle is cancelled)
+                            nursery.start_soon(_report, result, counts)
                         for reaped in result.reaped:
                             for recording_id in reaped.active_recordings:
                                 await _enqueue(stops_send,
@@ -175,14 +197,19 @@ async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
     setattr(counts, phase.outcome, getattr(counts, phase.outcome) + len(result.reaped))
     CR_ITEMS.labels(outcome=phase.outcome).inc(len(result.reaped))
     for item in result.reaped:
-        log.info("conference_reaped", phase=phase.name, conference_id=item.conference_id,
-                 chat_id=item.chat_id, deal_id=item.deal_id, status=item.status,
-                 end_reason=item.end_reason, duration_seconds=item.duration_seconds)
+        with span("conference-reaper.item", conference_id=item.conference_id,
+                  phase=phase.name, tenant_id=item.tenant_id, outcome=phase.outcome):
+            log.info("conference_reaped", phase=phase.name, conference_id=item.conference_id,
+                     chat_id=item.chat_id, deal_id=item.deal_id, status=item.status,
+                     end_reason=item.end_reason, duration_seconds=item.duration_seconds)
     for failed in result.failed:
         counts.errors += 1
         CR_ERRORS.inc()
-        log.error("item_failed", phase=phase.name, conference_id=failed.conference_id,
-                  error=failed.error)
+        with span("conference-reaper.item", conference_id=failed.conference_id,
+                  phase=phase.name, tenant_id=failed.tenant_id, outcome="item_failed",
+                  error=failed.error):
+            log.error("item_failed", phase=phase.name, conference_id=failed.conference_id,
+                      error=failed.error)
 
 
 async def refresh_backlog(db: Database, cfg: ConferenceReaperConfig) -> None:

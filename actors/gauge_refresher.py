@@ -18,9 +18,11 @@ import structlog
 import trio
 
 from actors.finalize_store import stats as finalize_stats
+from supervision.config import ConferenceReaperConfig
 from supervision.database import Database
 from supervision.errors import InfrastructureError
 from supervision.metrics import (
+    CR_ACTIVE_BACKLOG,
     OUTBOX_BLOCKED_KEYS,
     OUTBOX_OLDEST_AGE,
     OUTBOX_UNPUBLISHED,
@@ -59,6 +61,14 @@ def refresh_recording_slo(conn: psycopg.Connection, sla: float, interval: float)
     RF_STUCK.set(int(row[0]))
     RF_REPUBLISH_OVERDUE.set(int(row[1]))
     RF_QUARANTINED_ROWS.set(int(row[2]))
+
+
+def refresh_reaper_backlog(conn: psycopg.Connection, cfg: ConferenceReaperConfig) -> None:
+    row = conn.execute(QUERIES["conference_sessions_active_backlog"], {
+        "empty_room_grace": cfg.empty_room_grace, "provision_timeout": cfg.provision_timeout,
+        "stale_live_timeout": cfg.stale_live_timeout}).fetchone()
+    assert row is not None
+    CR_ACTIVE_BACKLOG.set(int(row[0]))
 
 
 DEFAULT_REFRESHES: tuple[Refresh, ...] = (refresh_finalize, refresh_outbox)

@@ -46,6 +46,7 @@ class Reaped:
     conference_id: str
     chat_id: str
     deal_id: str
+    tenant_id: str | None
     status: str
     end_reason: str
     duration_seconds: int | None
@@ -60,6 +61,7 @@ class ItemFailed:
 
     conference_id: str
     error: str
+    tenant_id: str | None = None
 
 
 @attrs.frozen

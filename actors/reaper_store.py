@@ -74,12 +74,14 @@ def reap_phase(conn: psycopg.Connection, phase: Phase, cfg: ConferenceReaperConf
         if rec.get("status") == phase.to_status:
             reaped.append(Reaped(
                 conference_id=str(rec["id"]), chat_id=str(rec["chat_id"]),
-                deal_id=str(rec["deal_id"]), status=rec["status"],
+                deal_id=str(rec["deal_id"]), tenant_id=_text(rec["tenant_id"]),
+                status=rec["status"],
                 end_reason=rec["end_reason"], duration_seconds=rec["duration_seconds"],
                 active_recordings=tuple(str(r) for r in rec["active_recordings"]),
                 enqueued=bool(rec["enqueued"])))
         elif rec.get("rejected"):
-            failed.append(ItemFailed(str(rec["id"]), str(rec["rejected"])))
+            failed.append(ItemFailed(str(rec["id"]), str(rec["rejected"]),
+                                     _text(rec.get("tenant_id"))))
     return PhaseResult(phase, len(ids), skipped, tuple(reaped), tuple(failed), fallback)
 
 
@@ -94,6 +96,10 @@ def _reap(conn: psycopg.Connection, phase: Phase, as_of: dt.datetime, job_run_id
             "end_reason": phase.end_reason, "emit_event": phase.emits_event,
             "topic": TOPIC_CONFERENCE_ENDED, "realtime_kind": phase.realtime_kind,
         }).fetchall()
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _describe(exc: psycopg.Error) -> str:

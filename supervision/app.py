@@ -15,6 +15,7 @@ import trio
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import CycleOutcome, _LockConnection, run_locked_cycle
 from actors.outbox_relay import RelayCounts, run_relay_cycle
+from actors.recorder_signal import open_media_client
 from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
 from supervision.database import open_database
@@ -32,10 +33,10 @@ async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
     """Bridge, PostgreSQL pool, S3 client and Kafka producer, closed on every exit path."""
     async with open_asyncio_bridge(), \
             open_database(cfg.postgres.dsn.reveal(), size=POOL_SIZE) as db, \
-            open_object_store(cfg.s3) as store:
+            open_object_store(cfg.s3) as store, open_media_client(cfg.media) as media_http:
         producer = KafkaProducer(cfg.kafka)
         try:
-            yield Resources(cfg, db, store, producer, Wakeup())
+            yield Resources(cfg, db, store, producer, media_http, Wakeup())
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await producer.stop()

@@ -24,7 +24,7 @@ from supervision.logs import configure_logging
 from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
-ONCE_READY = ("recording-finalize", "outbox-relay")
+ONCE_READY = JOBS
 EXIT_INFRA = 1
 EXIT_SLO = 2  # status: an SLO is violated; requeue: an unknown id
 
@@ -252,8 +252,18 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
 @main.command()
 @click.option("--dir", "base_dir", type=click.Path(path_type=Path), default=None,
               help="Where the servers keep their data (default: a fresh temp dir).")
-def dev(base_dir: Path | None) -> None:
-    """Start PostgreSQL, Tansu and SeaweedFS locally, migrate, and serve until Ctrl-C."""
-    from supervision.devrun import run_dev
+@click.option("--recordings", default=2000, show_default=True,
+              help="Lost-callback recordings to seed.")
+@click.option("--conferences", default=300, show_default=True,
+              help="Orphaned conferences to seed.")
+@click.option("--no-outage", is_flag=True, help="Skip the simulated S3 outage.")
+@click.option("--exit-when-done", is_flag=True,
+              help="Stop once every seeded row is terminal (non-interactive runs).")
+def dev(base_dir: Path | None, recordings: int, conferences: int, no_outage: bool,
+        exit_when_done: bool) -> None:
+    """Demo: PostgreSQL, Tansu and SeaweedFS locally, a seeded incident, the daemon healing
+    it live; Ctrl-C stops everything."""
+    from supervision.devrun import Scenario, run_dev
 
-    sys.exit(run_dev(base_dir))
+    scenario = Scenario(recordings, conferences, not no_outage, exit_when_done)
+    sys.exit(run_dev(base_dir, scenario))

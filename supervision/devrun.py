@@ -1,44 +1,145 @@
-"""``safetynet dev``: the embedded stack, migrated, with the daemon running on it.
+"""``safetynet dev``: a realistic incident on the embedded stack, healed live.
 
-Starts PostgreSQL, Tansu and SeaweedFS on free loopback ports under a temp (or given)
-directory, creates the ``messenger`` database and the recordings bucket, migrates, writes
-``safetynet-dev.toml`` there (the demo settings of ``config/dev.toml`` plus the servers'
-addresses), prints where everything listens, and runs ``safetynet run`` in-process until
-Ctrl-C; then stops every server.
+Starts PostgreSQL, Tansu and SeaweedFS on free loopback ports, migrates, and seeds:
+``--recordings N`` lost callbacks (70% with the binary uploaded with its metadata, 20%
+without, 10% Available but never published) and ``--conferences M`` orphaned conferences
+(a third per reaper phase, with participants). Unless ``--no-outage``, object storage is
+unreachable for the first seconds (a proxy refuses connections), so the outage breaker and
+recovery are visible. Then the daemon runs in-process with short intervals while a live
+table shows each job's progress; Ctrl-C (or, with ``--exit-when-done``, the end of the
+work) stops it, prints a summary and stops every server.
 """
 
 from __future__ import annotations
 
+import json
+import socket
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import attrs
 import click
 import psycopg
 import tomli_w
 import trio
+from prometheus_client import REGISTRY
 from psycopg import sql
+from psycopg.rows import dict_row
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from supervision.config import Config, load_config
+from supervision.devproxy import OutageProxy
 from supervision.devstack import DevStack, open_dev_stack
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from supervision.queries import QUERIES
+from supervision.secrets import redact_dsn
 
 DATABASE = "messenger"
 BUCKET = "call-recordings"
 DEV_SETTINGS = Path("config/dev.toml")
+OUTAGE_SECONDS = 6.0
+
+COUNTERS = {
+    "reconciled": "messenger_recording_finalize_reconciled_total",
+    "failed": "messenger_recording_finalize_failed_total",
+    "republished": "messenger_recording_finalize_republished_total",
+    "quarantined": "messenger_recording_finalize_quarantined_total",
+    "transient": "safetynet_recording_finalize_transient_total",
+    "published": "safetynet_outbox_published_total",
+}
+REAPED = ("empty_timeout", "provision_failed", "stale_timeout")
 
 
-def dev_config(stack: DevStack, base_dir: Path) -> Path:
-    """Write the stack's addresses as a config layer; return its path."""
+@attrs.frozen
+class Scenario:
+    recordings: int = 2000
+    conferences: int = 300
+    outage: bool = True
+    exit_when_done: bool = False
+
+
+def _counter(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels or None) or 0.0
+
+
+def snapshot() -> dict[str, float]:
+    """The demo's figures, read from the daemon's own metrics (same process)."""
+    values = {key: _counter(name) for key, name in COUNTERS.items()}
+    for outcome in REAPED:
+        values[outcome] = _counter("messenger_conf_reaper_items_total", outcome=outcome)
+    values["restarts"] = sum(
+        s.value for m in REGISTRY.collect() if m.name == "safetynet_actor_restarts"
+        for s in m.samples if s.name.endswith("_total"))
+    return values
+
+
+def prepare(stack: DevStack) -> None:
+    """Create the database and the bucket, then migrate."""
+    assert stack.postgres is not None and stack.s3 is not None
+    with psycopg.connect(stack.postgres.dsn, autocommit=True) as conn:
+        if not conn.execute(QUERIES["database_exists"], {"name": DATABASE}).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    migrate(stack.postgres.dsn_for(DATABASE))
+    stack.s3.create_bucket(BUCKET)
+
+
+async def seed(stack: DevStack, scenario: Scenario) -> dict[str, int]:
+    """Write the incident; returns what the daemon should end up doing."""
+    assert stack.postgres is not None and stack.s3 is not None
+    available = scenario.recordings // 10
+    with_binary = round(scenario.recordings * 0.7)
+
+    def write() -> list[dict[str, Any]]:
+        assert stack.postgres is not None
+        with psycopg.connect(stack.postgres.dsn_for(DATABASE), autocommit=True) as conn, \
+                conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(QUERIES["dev_seed_recordings"], {
+                "n": scenario.recordings, "available": available}).fetchall()
+            if scenario.conferences:
+                cur.execute(QUERIES["dev_seed_conferences"], {"n": scenario.conferences})
+            return rows
+
+    rows = await trio.to_thread.run_sync(write)
+    to_upload = [str(r["id"]) for r in rows if r["status"] != "Available"][:with_binary]
+    limiter = trio.CapacityLimiter(8)
+    s3 = stack.s3
+
+    async def upload(recording_id: str) -> None:
+        async with limiter:
+            await trio.to_thread.run_sync(
+                lambda: s3.put_object(BUCKET, f"call-recordings/{recording_id}", b"\x1aE" * 2048,
+                                      "video/webm", {"duration-seconds": "60"}))
+
+    async with trio.open_nursery() as nursery:
+        for recording_id in to_upload:
+            nursery.start_soon(upload, recording_id)
+    thirds = [len(range(k, scenario.conferences + 1, 3)) for k in (3, 1, 2)]
+    truth = {"reconciled": with_binary,
+             "failed": scenario.recordings - available - with_binary,
+             "republished": available, "quarantined": 0, "empty_timeout": thirds[0],
+             "provision_failed": thirds[1], "stale_timeout": thirds[2]}
+    # every Available recording and every Ended conference publishes one event
+    truth["published"] = (truth["reconciled"] + truth["republished"]
+                          + truth["empty_timeout"] + truth["stale_timeout"])
+    return truth
+
+
+def write_layer(stack: DevStack, base_dir: Path, s3_url: str) -> Path:
+    """The stack's addresses as a config layer over config/dev.toml."""
     endpoints = stack.endpoints()
     assert stack.postgres is not None
     layer = {
+        "http": {"listen": f"127.0.0.1:{free_port()}"},
         "postgres": {"dsn": stack.postgres.dsn_for(DATABASE)},
         "kafka": {"bootstrap_servers": endpoints.kafka_bootstrap},
-        "s3": {"endpoint_url": endpoints.s3_endpoint, "region": endpoints.s3.region,
-               "bucket": BUCKET, "access_key_id": endpoints.s3.access_key_id,
-               "secret_access_key": endpoints.s3.secret_access_key},
+        "s3": {"endpoint_url": s3_url, "region": endpoints.s3.region, "bucket": BUCKET,
+               "access_key_id": endpoints.s3.access_key_id,
+               "secret_access_key": endpoints.s3.secret_access_key, "timeout": "2s"},
     }
     path = base_dir / "safetynet-dev.toml"
     path.write_text(tomli_w.dumps(layer), encoding="utf-8")
@@ -46,15 +147,11 @@ def dev_config(stack: DevStack, base_dir: Path) -> Path:
     return path
 
 
-def prepare(stack: DevStack) -> None:
-    """Create the database and the bucket, then migrate."""
-    assert stack.postgres is not None and stack.s3 is not None
-    with psycopg.connect(stack.postgres.dsn, autocommit=True) as conn:
-        exists = conn.execute(QUERIES["database_exists"], {"name": DATABASE}).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
-    migrate(stack.postgres.dsn_for(DATABASE))
-    stack.s3.create_bucket(BUCKET)
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def load_dev_config(layer: Path) -> Config:
@@ -62,32 +159,105 @@ def load_dev_config(layer: Path) -> Config:
     return load_config(files, env={})
 
 
-def run_dev(base_dir: Path | None) -> int:
+def progress(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn, \
+            conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(QUERIES["dev_progress"]).fetchone()
+    assert row is not None
+    return {k: int(v) for k, v in row.items()}
+
+
+def view(base: dict[str, float], remaining: dict[str, int], note: str) -> Table:
+    now = snapshot()
+    delta = {k: int(now[k] - base.get(k, 0.0)) for k in now}
+    table = Table(title=f"safetynet dev — {note}")
+    table.add_column("job")
+    table.add_column("progress")
+    table.add_row("recording-finalize",
+                  f"backlog {remaining.get('finalize_pending', '?')}  reconciled "
+                  f"{delta['reconciled']}  failed {delta['failed']}  republished "
+                  f"{delta['republished']}  quarantined {delta['quarantined']}  transient "
+                  f"{delta['transient']}")
+    table.add_row("conference-reaper",
+                  f"active {remaining.get('conferences_active', '?')}  "
+                  + "  ".join(f"{k} {delta[k]}" for k in REAPED))
+    table.add_row("outbox-relay", f"published {delta['published']}  waiting "
+                                  f"{remaining.get('outbox_unpublished', '?')}")
+    table.add_row("supervision", f"actor restarts {delta['restarts']}")
+    return table
+
+
+async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
+    from supervision.app import run_daemon
+
+    assert stack.s3 is not None
+    host, port = stack.s3.endpoint_url.removeprefix("http://").split(":")
+    proxy = OutageProxy(host, int(port))
+    console = Console(stderr=False)
+    exit_code = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        layer = write_layer(stack, base_dir, proxy.url)
+        cfg = load_dev_config(layer)
+        dsn = cfg.postgres.dsn.reveal()
+        console.print(f"  postgres  {redact_dsn(dsn)}\n  kafka     "
+                      f"{stack.endpoints().kafka_bootstrap}\n  s3        "
+                      f"{stack.s3.endpoint_url} (bucket {BUCKET}, via outage proxy {proxy.url})"
+                      f"\n  metrics   http://{cfg.http.listen}/metrics\n  config    {layer}")
+        truth = await seed(stack, scenario)
+        console.print(f"seeded {scenario.recordings} recordings and {scenario.conferences} "
+                      f"conferences; expecting {truth}")
+        base = snapshot()
+        proxy.down = scenario.outage
+        started = trio.current_time()
+        daemon_done = trio.Event()
+
+        async def daemon() -> None:
+            nonlocal exit_code
+            exit_code = await run_daemon(cfg)
+            daemon_done.set()
+
+        nursery.start_soon(daemon)
+        remaining: dict[str, int] = {}
+        with Live(view(base, remaining, "starting"), console=console,
+                  refresh_per_second=4, transient=False,
+                  auto_refresh=console.is_terminal) as live:
+            while not daemon_done.is_set():
+                elapsed = trio.current_time() - started
+                if proxy.down and elapsed > OUTAGE_SECONDS:
+                    proxy.down = False
+                note = (f"S3 outage ({elapsed:.0f}s)" if proxy.down else f"{elapsed:.0f}s")
+                remaining = await trio.to_thread.run_sync(progress, dsn)
+                live.update(view(base, remaining, note))
+                if scenario.exit_when_done and not any(remaining.values()) and \
+                        elapsed > 1.0:
+                    break
+                with trio.move_on_after(0.5):
+                    await daemon_done.wait()
+        nursery.cancel_scope.cancel()
+    final = snapshot()
+    summary = {k: int(final[k] - base.get(k, 0.0)) for k in final}
+    table = Table(title="summary")
+    table.add_column("figure")
+    table.add_column("seen", justify="right")
+    table.add_column("seeded truth", justify="right")
+    for key, value in summary.items():
+        table.add_row(key, str(value), str(truth.get(key, "")))
+    console.print(table)
+    click.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
+    console.print(f"metrics were served on http://{cfg.http.listen}/metrics")
+    return exit_code
+
+
+def run_dev(base_dir: Path | None, scenario: Scenario | None = None) -> int:
     """Run the demo; return the process exit code."""
+    scenario = scenario or Scenario()
     with tempfile.TemporaryDirectory(prefix="safetynet-dev-") as tmp:
         root = base_dir or Path(tmp)
         click.echo(f"starting PostgreSQL, Tansu and SeaweedFS under {root} ...")
         with open_dev_stack(root) as stack:
             prepare(stack)
-            layer = dev_config(stack, root)
-            cfg = load_dev_config(layer)
-            endpoints = stack.endpoints()
-            click.echo(f"  postgres  {_redact(stack)}")
-            click.echo(f"  kafka     {endpoints.kafka_bootstrap}")
-            click.echo(f"  s3        {endpoints.s3_endpoint}  (bucket {BUCKET})")
-            click.echo(f"  metrics   http://{cfg.http.listen}/metrics")
-            click.echo(f"  config    {layer}")
-            click.echo("running the daemon; Ctrl-C stops it and every server")
-            configure_logging(cfg.logging.level, cfg.logging.format)
-            from supervision.app import run_daemon
-
-            code = trio.run(run_daemon, cfg)
-        click.echo("stopped")
+            configure_logging("error", "console", stream=sys.stderr)
+            code = trio.run(demo, stack, root, scenario)
+        click.echo("stopped every server")
         return code
-
-
-def _redact(stack: DevStack) -> str:
-    from supervision.secrets import redact_dsn
-
-    assert stack.postgres is not None
-    return redact_dsn(stack.postgres.dsn_for(DATABASE))

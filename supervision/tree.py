@@ -7,7 +7,8 @@
     │   ├── outbox-listener                 permanent   LISTEN → wake the relay
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
     └── jobs                                one_for_one
-        └── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
+        ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
+        └── lock-keeper:conference-reaper   permanent   cycles: 3 phases → recorder signals
 
 Resources shared by the actors (the asyncio bridge, the PostgreSQL pool, the S3 client,
 the Kafka producer, the relay's wake-up) are opened by :mod:`supervision.app` before the
@@ -19,11 +20,14 @@ from __future__ import annotations
 from functools import partial
 
 import attrs
+import httpx
 import psycopg
 
+from actors.conference_reaper import ReaperJob, run_reaper_cycle
 from actors.gauge_refresher import (
     DEFAULT_REFRESHES,
     Refresh,
+    refresh_reaper_backlog,
     refresh_recording_slo,
     serve_gauge_refresher,
 )
@@ -50,12 +54,18 @@ class Resources:
     db: Database
     store: ObjectStore
     producer: KafkaProducer
+    media_http: httpx.AsyncClient
     wakeup: Wakeup  # the outbox relay's: committers and the listener wake it
 
 
 def finalize_job(res: Resources) -> FinalizeJob:
     rf = res.cfg.jobs.recording_finalize
     return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wakeup.wake)
+
+
+def reaper_job(res: Resources) -> ReaperJob:
+    return ReaperJob(res.cfg.jobs.conference_reaper, res.cfg.media, res.db, res.media_http,
+                     res.wakeup.wake)
 
 
 def relay_job(res: Resources) -> RelayJob:
@@ -70,6 +80,10 @@ def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJo
     if rf.enabled or include_disabled:
         jobs.append(LockedJob("recording-finalize", rf.polling_interval, rf.lock_ttl,
                               partial(run_finalize_cycle, finalize_job(res))))
+    cr = res.cfg.jobs.conference_reaper
+    if cr.enabled or include_disabled:
+        jobs.append(LockedJob("conference-reaper", cr.polling_interval, cr.lock_ttl,
+                              partial(run_reaper_cycle, reaper_job(res))))
     return jobs
 
 
@@ -85,7 +99,8 @@ def refreshes(res: Resources) -> list[Refresh]:
     rf = res.cfg.jobs.recording_finalize
     return [*DEFAULT_REFRESHES,
             partial(refresh_recording_slo, sla=rf.finalize_sla_timeout,
-                    interval=rf.polling_interval)]
+                    interval=rf.polling_interval),
+            partial(refresh_reaper_backlog, cfg=res.cfg.jobs.conference_reaper)]
 
 
 def ping(conn: psycopg.Connection) -> None:

@@ -222,7 +222,7 @@ def ids(rows: Iterable[dict[str, Any]], key: str = "id") -> list[str]:
     return [str(r[key]) for r in rows]
 
 
-# ---------------------------------------------------------------------------- conferences
+# ---- conferences (conference-reaper)
 
 
 @attrs.frozen

@@ -810,3 +810,38 @@ async def test_connection_lost_mid_batch_rolls_it_back_and_ends_the_cycle(
     assert len(media_stub.requests) == 3
     assert metric("messenger_conf_reaper_run_total", status="error") == before + 1
     assert_no_row_locks_left(conn)
+
+
+async def test_cycle_span_has_batch_and_item_spans(
+        cfg: Config, conn: psycopg.Connection) -> None:
+    """Traces: a cycle span with job_run_id and counts; a batch span per phase; an item
+    span per conference (ConferenceId, phase, tenant) under its batch span, poison too."""
+    # OpenTelemetry allows one global provider: share the exporter test_tracing installs
+    from tests.integration.test_tracing import EXPORTER
+
+    reaped = insert_conference(conn, last_activity_ago=120)
+    poison = insert_conference(conn, last_activity_ago=120, started_ago=-60, tenant_id=None)
+    EXPORTER.clear()
+    run_id = str(uuid.uuid4())
+    await run_cycle(cfg, run_id=run_id)
+    spans = EXPORTER.get_finished_spans()
+    (cycle,) = [s for s in spans if s.name == "conference-reaper.cycle"]
+    batches = {s.attributes["phase"]: s for s in spans
+               if s.name == "conference-reaper.batch" and s.attributes}
+    items = {s.attributes["conference_id"]: s for s in spans
+             if s.name == "conference-reaper.item" and s.attributes}
+    assert cycle.attributes is not None and cycle.attributes["job_run_id"] == run_id
+    assert cycle.attributes["empty_timeout"] == 1 and cycle.attributes["errors"] == 1
+    assert set(batches) == {"empty-room", "provision-timeout", "stale-live"}
+    assert all(b.parent is not None and b.parent.span_id == cycle.context.span_id
+               for b in batches.values())
+    assert set(items) == {reaped.id, poison.id}
+    empty_room = batches["empty-room"]
+    for item in items.values():
+        assert item.parent is not None and item.parent.span_id == empty_room.context.span_id
+    assert items[reaped.id].attributes == {
+        "conference_id": reaped.id, "phase": "empty-room", "tenant_id": reaped.tenant_id,
+        "outcome": "empty_timeout"}
+    poisoned = items[poison.id].attributes
+    assert poisoned is not None and "tenant_id" not in poisoned
+    assert (poisoned["outcome"], poisoned["error"]) == ("item_failed", "started_after_as_of")

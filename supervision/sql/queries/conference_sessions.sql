@@ -98,7 +98,7 @@ ORDER BY cl.sort_key, cl.id;
 --   rt:     the realtime row for hub-push: reference ids and enums only.
 -- Returns one row per claimed id: transitioned or rejected, and what the caller logs.
 WITH judged AS (
-    SELECT c.id, c.chat_id, c.deal_id, h.headers,
+    SELECT c.id, c.chat_id, c.deal_id, c.tenant_id, h.headers,
            CASE
                WHEN c.status <> %(from_status)s::text THEN 'status_changed:' || c.status
                WHEN %(to_status)s::text = 'Ended' AND c.started_at > %(as_of)s
@@ -170,7 +170,7 @@ rt AS (
     FROM upd u
     RETURNING reference_id
 )
-SELECT j.id, j.chat_id, j.deal_id, j.rejected, u.status, u.end_reason, u.duration_seconds,
+SELECT j.id, j.chat_id, j.deal_id, j.tenant_id, j.rejected, u.status, u.end_reason, u.duration_seconds,
        COALESCE(u.active_recordings, '{}'::uuid[]) AS active_recordings,
        ob.dedupe_key IS NOT NULL AS enqueued
 FROM judged j
