@@ -79,6 +79,8 @@ class RecorderSignal:
             return StopOutcome(request, False, "timeout")
         except httpx.HTTPError as exc:
             return StopOutcome(request, False, f"connection:{type(exc).__name__}")
+        except Exception as exc:  # best-effort: nothing here may fail a committed cycle
+            return StopOutcome(request, False, f"error:{type(exc).__name__}")
         code = response.status_code
         return StopOutcome(request, 200 <= code < 300 or code in DONE_STATUSES, str(code))
 

@@ -9,18 +9,26 @@
   times every unit of work on both sides of the thread crossing: before the function runs
   in its worker thread (dispatch + pool checkout with its check query + BEGIN), the function
   itself (its statements), and after it (COMMIT + check-in + the way back into Trio);
-* :func:`yappi_report` — a CPU profile of every thread (yappi, optional) as a short table.
+* :func:`py_spy` / :func:`py_spy_report` — a sampled CPU profile of every thread of this
+  process (py-spy, optional: ``pip install py-spy``) as a short table.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import resource
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -166,59 +174,94 @@ class TimedDatabase:
         return lines
 
 
-def yappi_available() -> bool:
-    try:
-        import yappi  # noqa: F401
-    except ImportError:
-        return False
-    return True
+PY_SPY = Path(sys.executable).parent / "py-spy"
+
+
+def py_spy_available() -> bool:
+    return PY_SPY.exists() or shutil.which("py-spy") is not None
 
 
 @contextlib.contextmanager
-def yappi_profile() -> Iterator[dict[str, Any]]:
-    """CPU-clock profile of every thread while the block runs; the dict gets the stats."""
-    import yappi
+def py_spy(out: Path, rate: int = 250) -> Iterator[Path]:
+    """Sample every thread of this process while the block runs (py-spy, raw stacks).
 
-    out: dict[str, Any] = {}
-    yappi.clear_stats()
-    yappi.set_clock_type("cpu")
-    yappi.start(builtins=False, profile_threads=True)
+    Idle threads (sleeping in a syscall or waiting for the GIL) are not sampled, so the
+    samples are where this process spends CPU."""
+    exe = str(PY_SPY) if PY_SPY.exists() else shutil.which("py-spy") or "py-spy"
+    proc = subprocess.Popen(
+        [exe, "record", "--pid", str(os.getpid()), "--rate", str(rate), "--format", "raw",
+         "--threads", "--nonblocking", "--full-filenames", "--duration", "900",
+         "-o", str(out)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.7)  # let it attach
     try:
         yield out
     finally:
-        yappi.stop()
-        out["funcs"] = yappi.get_func_stats()
-        out["threads"] = yappi.get_thread_stats()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if not out.exists():
+            raise RuntimeError(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
 
 
-def _short(module: str, name: str, lineno: int) -> str:
-    parts = module.replace("\\", "/").split("/")
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
+
+
+def _package(path: str) -> str:
+    """The top-level package (or ``stdlib:<module>``) a source file belongs to."""
+    parts = path.split("/")
     if "site-packages" in parts:
-        parts = parts[parts.index("site-packages") + 1:]
-    elif len(parts) > 2:
-        parts = parts[-2:]
-    return f"{'/'.join(parts)}:{lineno} {name}"
+        return parts[parts.index("site-packages") + 1].removesuffix(".py")
+    for ours in ("actors", "supervision", "bench"):
+        if ours in parts:
+            return ours
+    for i, part in enumerate(parts[:-1]):
+        if re.fullmatch(r"python3\.\d+", part):
+            return "stdlib:" + parts[i + 1].removesuffix(".py")
+    return parts[-1]
 
 
-def yappi_report(prof: dict[str, Any], per: int, label: str, top: int = 18,
-                 inclusive: Sequence[str] = ()) -> list[str]:
-    """Top functions by own CPU time, plus the inclusive time of the named functions."""
-    funcs = list(prof["funcs"])
-    total = sum(f.tsub for f in funcs) or 1.0
-    lines = [f"  CPU profiled (all threads): {total:.2f} s = {1000 * total / per:.3f} ms/{label}"]
-    threads = sorted(prof["threads"], key=lambda t: -t.ttot)
-    lines.append("  by thread: " + ", ".join(
-        f"{t.name}#{t.id} {t.ttot:.2f}s" for t in threads[:6] if t.ttot > 0.01))
-    lines.append(f"  {'own %':>6}{'own s':>7}{'incl s':>8}{'calls':>9}  function")
-    for f in sorted(funcs, key=lambda f: -f.tsub)[:top]:
-        lines.append(f"  {100 * f.tsub / total:6.1f}{f.tsub:7.2f}{f.ttot:8.2f}{f.ncall:9d}"
-                     f"  {_short(f.module, f.name, f.lineno)}")
-    wanted = [f for f in funcs if f.name in inclusive]
-    if wanted:
-        lines.append("  inclusive CPU of selected functions (share of all profiled CPU):")
-        for f in sorted(wanted, key=lambda f: -f.ttot):
-            lines.append(f"  {100 * f.ttot / total:6.1f}%{f.ttot:7.2f}s{f.ncall:9d}  "
-                         f"{_short(f.module, f.name, f.lineno)}")
+def py_spy_report(raw: Path, per: int, label: str, rate: int = 250,
+                  inclusive: Sequence[str] = (), top: int = 12) -> list[str]:
+    """Where the sampled CPU went: by thread, by package of the running frame, by function,
+    and the inclusive share of the named functions (``name`` or ``Class.name``)."""
+    threads: Counter[str] = Counter()
+    packages: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_s)
+        frames = stack.split(";")
+        thread = frames[0]
+        threads["main (Trio)" if "MainThread" in thread else "worker threads"] += count
+        parsed = [m for m in map(_FRAME.match, frames[1:]) if m]
+        if not parsed:
+            continue
+        total += count
+        leaf = parsed[-1]
+        packages[_package(leaf["file"])] += count
+        leaves[f"{_package(leaf['file'])}: {leaf['func']}"] += count
+        seen = {m["func"].rpartition(".")[2] for m in parsed} | {m["func"] for m in parsed}
+        for name in inclusive:
+            if name in seen:
+                incl[name] += count
+    if not total:
+        return ["  (no samples)"]
+    ms = 1000 / rate / per
+    lines = [f"  {total} samples at {rate}/s = {total * ms:.3f} ms CPU per {label}; by thread: "
+             + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in threads.most_common())]
+    lines.append("  own CPU by package: " + ", ".join(
+        f"{k} {100 * v / total:.0f}%" for k, v in packages.most_common(12)))
+    lines.append(f"  {'own %':>6}{'ms/' + label:>9}  function")
+    for name, v in leaves.most_common(top):
+        lines.append(f"  {100 * v / total:6.1f}{v * ms:9.3f}  {name}")
+    if incl:
+        lines.append(f"  {'incl %':>6}{'ms/' + label:>9}  inclusive (with all it calls)")
+        for name, v in incl.most_common():
+            lines.append(f"  {100 * v / total:6.1f}{v * ms:9.3f}  {name}")
     return lines
 
 

@@ -70,11 +70,11 @@ from bench._measure import (
     CpuMeter,
     RssSampler,
     TimedDatabase,
+    py_spy,
+    py_spy_available,
+    py_spy_report,
     ru_maxrss_bytes,
     spread,
-    yappi_available,
-    yappi_profile,
-    yappi_report,
 )
 from supervision.app import POOL_SIZE, open_resources
 from supervision.config import Config, config_from_dict
@@ -206,14 +206,36 @@ async def upload(s3: S3Server, keys: list[str], concurrency: int = 16) -> float:
     return time.perf_counter() - started
 
 
-async def s3_ceiling(cfg: Config, recording_ids: list[str]) -> tuple[float, Counter[str]]:
+class TimedStore:
+    """The ObjectStore, counting HEADs and the time they were in flight."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.calls = 0
+        self.busy = 0.0
+
+    async def head_bucket(self) -> Any:
+        return await self._store.head_bucket()
+
+    async def head_recording(self, recording_id: str) -> Any:
+        started = time.perf_counter()
+        try:
+            return await self._store.head_recording(recording_id)
+        finally:
+            self.calls += 1
+            self.busy += time.perf_counter() - started
+
+
+async def s3_ceiling(cfg: Config, recording_ids: list[str]
+                     ) -> tuple[float, Counter[str], TimedStore]:
     """Seconds for signed HEADs of *recording_ids* from s3.concurrency tasks, no database."""
     outcomes: Counter[str] = Counter()
     send, recv = trio.open_memory_channel[str](len(recording_ids))
     for r in recording_ids:
         send.send_nowait(r)
     send.close()
-    async with open_object_store(cfg.s3) as store:
+    async with open_object_store(cfg.s3) as raw_store:
+        store = TimedStore(raw_store)
         await store.head_bucket()  # one connection up, as the cycle's probe does
 
         async def worker() -> None:
@@ -224,7 +246,7 @@ async def s3_ceiling(cfg: Config, recording_ids: list[str]) -> tuple[float, Coun
         async with trio.open_nursery() as nursery:
             for _ in range(cfg.s3.concurrency):
                 nursery.start_soon(worker)
-        return time.perf_counter() - started, outcomes
+        return time.perf_counter() - started, outcomes, store
 
 
 # ------------------------------------------------------------------------------ drains
@@ -235,14 +257,16 @@ def _did_work(c: FinalizeCounts) -> bool:
                 + c.rescheduled + c.config_fault)
 
 
-async def drain(cfg: Config, wrap_db: Any = None) -> tuple[float, FinalizeCounts, int]:
-    """Run cycles until one finds nothing due; (seconds, summed counts, cycles)."""
+async def drain(cfg: Config, wrap_db: Any = None
+                ) -> tuple[float, FinalizeCounts, int, TimedStore]:
+    """Run cycles until one finds nothing due; (seconds, summed counts, cycles, HEADs)."""
     total = FinalizeCounts()
     cycles = 0
     async with open_resources(cfg) as res:
         db = wrap_db(res.db) if wrap_db else res.db
-        job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db, res.store,
-                          res.wakeup.wake)
+        store = TimedStore(res.store)
+        job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db,
+                          store, res.wakeup.wake)  # type: ignore[arg-type]
         started = time.perf_counter()
         while True:
             counts = await run_finalize_cycle(job, CycleContext(JOB, str(uuid.uuid4())))
@@ -252,7 +276,7 @@ async def drain(cfg: Config, wrap_db: Any = None) -> tuple[float, FinalizeCounts
                 setattr(total, field, getattr(total, field) + getattr(counts, field))
             if not _did_work(counts):
                 break
-        return time.perf_counter() - started, total, cycles
+        return time.perf_counter() - started, total, cycles, store
 
 
 # ------------------------------------------------------------------------------ pgbench
@@ -304,26 +328,30 @@ def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
                 head_ids: list[str]) -> dict[str, Any]:
     dsn = cfg.postgres.dsn.reveal()
     seed(dsn, "m", rows, all_available=False)
-    before, out1 = trio.run(s3_ceiling, cfg, head_ids)
+    ceiling_cpu = CpuMeter(servers)
+    with ceiling_cpu.measure():
+        head_s, outcomes, heads = trio.run(s3_ceiling, cfg, head_ids)
     meter = CpuMeter(servers)
     with RssSampler() as rss, meter.measure():
-        seconds, counts, cycles = trio.run(drain, cfg)
-    after, out2 = trio.run(s3_ceiling, cfg, head_ids)
+        seconds, counts, cycles, store = trio.run(drain, cfg)
     present = sum(1 for n in range(rows) if kind(n) == "present")
     missing = sum(1 for n in range(rows) if kind(n) == "missing")
-    expect = {"Found": present, "Missing": missing}
-    assert out1 == expect and out2 == expect, (out1, out2, expect)
-    available, failed, done, outbox, realtime = db_state(dsn)
-    assert (available, failed, done, outbox, realtime) == (
-        rows - missing, missing, rows, rows - missing, rows), db_state(dsn)
+    assert outcomes == {"Found": present, "Missing": missing}, outcomes
+    state = db_state(dsn)
+    assert state == (rows - missing, missing, rows, rows - missing, rows), state
     assert (counts.reconciled, counts.failed, counts.republished) == (
         present, missing, rows - present - missing), counts
-    ceiling = len(head_ids) / ((before + after) / 2)
-    ideal = len(head_ids) / ceiling
-    return {"seconds": seconds, "rate": rows / seconds, "cycles": cycles,
-            "head_before": len(head_ids) / before, "head_after": len(head_ids) / after,
-            "ceiling": ceiling, "ratio": ideal / seconds, "peak_rss": rss.peak,
-            "start_rss": rss.start_rss, "cpu": meter}
+    assert store.calls == len(head_ids), store.calls
+    ceiling = len(head_ids) / head_s
+    py_head = ceiling_cpu.used["python"] / len(head_ids)
+    py_row = meter.used["python"] / rows
+    return {"seconds": seconds, "rate": rows / seconds, "cycles": cycles, "ceiling": ceiling,
+            "ideal": head_s, "ratio": head_s / seconds, "peak_rss": rss.peak,
+            "start_rss": rss.start_rss, "cpu": meter, "ceiling_cpu": ceiling_cpu,
+            "py_head": py_head, "py_row": py_row,
+            "cpu_ratio": py_head * len(head_ids) / (py_row * rows),
+            "lat_ceiling": heads.busy / heads.calls, "lat_drain": store.busy / store.calls,
+            "pool_busy": store.busy / (cfg.s3.concurrency * seconds)}
 
 
 def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None],
@@ -332,7 +360,7 @@ def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None]
     seed(dsn, "d", rows, all_available=True)
     meter = CpuMeter(servers)
     with meter.measure():
-        seconds, counts, cycles = trio.run(drain, cfg)
+        seconds, counts, cycles, _ = trio.run(drain, cfg)
     assert counts.republished == rows and db_state(dsn)[2:4] == (rows, rows), counts
     per_client = rows // PGBENCH_CLIENTS
     results: dict[str, Any] = {"seconds": seconds, "rate": rows / seconds, "cycles": cycles,
@@ -350,39 +378,48 @@ def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None]
     return results
 
 
-def profile_db_bound(cfg: Config, rows: int) -> list[str]:
+INCLUSIVE = (
+    "serve_finalize_claimer", "serve_s3_reconciler", "serve_finalize_committer",
+    "head_recording", "AWS4Auth.auth_flow", "_commit", "work", "claim_due",
+    "publish_available", "fail_timeout", "check_connection", "ConnectionPool.getconn",
+    "ConnectionPool.putconn", "Transaction.__enter__", "Transaction.__exit__",
+    "to_thread_run_sync", "event_headers", "_proxy_to_logger", "JSONRenderer.__call__",
+    "refresh_gauges",
+)
+
+
+def profile(cfg: Config, rows: int, base_dir: Path, which: str, tag: str) -> list[str]:
+    """A timed-calls pass and a py-spy pass over one workload (re-seeded for each)."""
     dsn = cfg.postgres.dsn.reveal()
-    lines = [f"\nwhere the time goes, DB-bound drain of {rows} rows (not timed against"
-             " anything; each pass re-seeded):"]
-    seed(dsn, "d", rows, all_available=True)
+    mixed = which == "mixed"
+    title = "mixed" if mixed else "DB-bound"
+    lines = [f"\nwhere the time goes, {title} drain of {rows} rows (each pass re-seeded):"]
+    seed(dsn, tag, rows, all_available=not mixed)
     timed: list[TimedDatabase] = []
 
     def wrap(db: Any) -> TimedDatabase:
         timed.append(TimedDatabase(db))
         return timed[-1]
 
-    seconds, _, _ = trio.run(drain, cfg, wrap)
+    seconds, _, _, _ = trio.run(drain, cfg, wrap)
     lines.append(f"1) every database call timed ({rows / seconds:.0f} rows/s in this pass):"
-                 " before = to_thread dispatch + pool checkout (check query) + BEGIN;"
-                 " fn = its statement(s); after = COMMIT + check-in + back into Trio")
+                 " before = to_thread + pool checkout (with its check query) + BEGIN;"
+                 " fn = the statement(s); after = COMMIT + check-in + back in Trio")
     lines += timed[0].report(rows, "row")
-    if not yappi_available():
-        lines.append("2) yappi not installed (pip install yappi): no CPU profile")
+    if not py_spy_available():
+        lines.append("2) py-spy not installed (pip install py-spy): no CPU profile")
         return lines
-    seed(dsn, "d", rows, all_available=True)
-    with yappi_profile() as prof:
-        seconds, _, _ = trio.run(drain, cfg)
-    lines.append(f"2) yappi, CPU clock, all threads ({rows / seconds:.0f} rows/s under the"
-                 " profiler):")
-    lines += yappi_report(prof, rows, "row", inclusive=(
-        "publish_available", "claim_due", "_commit", "event_headers", "execute", "connection",
-        "getconn", "putconn", "check_connection", "run_sync", "_log", "info",
-        "render_to_log_kwargs", "__call__", "msg", "asdict", "_call", "work"))
+    seed(dsn, tag, rows, all_available=not mixed)
+    with py_spy(base_dir / f"py-spy-{which}.txt") as raw:
+        seconds, _, _, _ = trio.run(drain, cfg)
+    lines.append(f"2) py-spy, CPU samples of this process ({rows / seconds:.0f} rows/s while"
+                 " sampled):")
+    lines += py_spy_report(raw, rows, "row", inclusive=INCLUSIVE)
     return lines
 
 
 def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: Path,
-        profile: bool) -> None:
+        profiles: list[str]) -> None:
     dsn = server.dsn
     migrate(dsn)
     s3.create_bucket(BUCKET)
@@ -397,29 +434,34 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
           f" {trio.__version__} | httpx {httpx.__version__} | {os.cpu_count()} CPUs, load"
           f" {os.getloadavg()[0]:.2f} | rows={rows} rounds={rounds}")
     print(f"mixed: {len(present)} present ({len(present) / upload_s:.0f} PUT/s to seed),"
-          f" {len(head_ids) - len(present)} missing, {rows - len(head_ids)} Available-unpublished;"
-          f" {len(head_ids)} need a HEAD | s3.concurrency {cfg.s3.concurrency},"
+          f" {len(head_ids) - len(present)} missing, {rows - len(head_ids)} Available-"
+          f"unpublished; {len(head_ids)} need a HEAD | s3.concurrency {cfg.s3.concurrency},"
           f" batch_size 100, 2 committers, pool {POOL_SIZE}")
 
     mixed, dbb = [], []
     for n in range(rounds):
         mixed.append(mixed_round(cfg, servers, rows, head_ids))
         dbb.append(db_round(cfg, server, servers, rows, base_dir))
-        print(f"  round {n + 1} done", file=sys.stderr)
+        print(f"  round {n + 1} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
-    print(f"\n{'MIXED':8}{'drain s':>8}{'rows/s':>8}{'HEAD/s before':>15}{'after':>7}"
-          f"{'ideal s':>9}{'ratio':>7}{'peak RSS':>10}   CPU per row")
+    print(f"\n{'MIXED':8}{'drain s':>8}{'rows/s':>7}{'ceiling HEAD/s':>15}{'ideal s':>8}"
+          f"{'ratio':>6}{'HEAD ms ceil/drain':>19}{'S3 pool busy':>13}{'peak RSS':>9}")
     for n, m in enumerate(mixed, 1):
-        ideal = len(head_ids) / m["ceiling"]
-        print(f"round {n:<2}{m['seconds']:8.2f}{m['rate']:8.0f}{m['head_before']:15.0f}"
-              f"{m['head_after']:7.0f}{ideal:9.2f}{m['ratio']:7.2f}"
-              f"{m['peak_rss'] / 2**20:8.0f}MB   "
-              f"{m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))}")
-    print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>8}{'pgbench tps':>13}{'ratio':>7}"
-          f"{'BEGIN/COMMIT tps':>18}   CPU per row: drain | pgbench")
+        print(f"round {n:<2}{m['seconds']:8.2f}{m['rate']:7.0f}{m['ceiling']:15.0f}"
+              f"{m['ideal']:8.2f}{m['ratio']:6.2f}{1000 * m['lat_ceiling']:11.2f} /"
+              f"{1000 * m['lat_drain']:5.2f}{100 * m['pool_busy']:12.0f}%"
+              f"{m['peak_rss'] / 2**20:7.0f}MB")
+    print("  CPU ms per HEAD in the ceiling | per row in the drain; python CPU ratio ="
+          " (ceiling python CPU x HEADs) / (drain python CPU x rows):")
+    for n, m in enumerate(mixed, 1):
+        print(f"  round {n}: {m['ceiling_cpu'].per_item(len(head_ids), ('python', 'weed'))} |"
+              f" {m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))};"
+              f" python CPU ratio {m['cpu_ratio']:.2f}")
+    print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>7}{'pgbench tps':>12}{'ratio':>6}"
+          f"{'BEGIN/COMMIT tps':>17}   CPU ms per row: drain | pgbench")
     for n, d in enumerate(dbb, 1):
-        print(f"round {n:<2}{d['seconds']:8.2f}{d['rate']:8.0f}{d['tps']:13.0f}"
-              f"{d['ratio']:7.2f}{d['tx_tps']:18.0f}   "
+        print(f"round {n:<2}{d['seconds']:8.2f}{d['rate']:7.0f}{d['tps']:12.0f}"
+              f"{d['ratio']:6.2f}{d['tx_tps']:17.0f}   "
               f"{d['cpu'].per_item(rows, ('python', 'postgres'))} | "
               f"{d['pg_cpu'].per_item(rows, ('children', 'postgres'))}"
               .replace("children", "pgbench"))
@@ -439,15 +481,16 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
     print(f"peak RSS during the mixed drain {peak:.0f} MB (at its start"
           f" {mixed[0]['start_rss'] / 2**20:.0f} MB; process lifetime ru_maxrss"
           f" {ru_maxrss_bytes() / 2**20:.0f} MB)  target < 150 MB: {ok[peak < 150]}")
-    if profile:
-        print("\n".join(profile_db_bound(cfg, rows)))
+    for which in profiles:
+        print("\n".join(profile(cfg, rows, base_dir, which, "m" if which == "mixed" else "d")))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5000, help="rows per drain (default 5000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
-    parser.add_argument("--no-profile", action="store_true", help="skip the profile passes")
+    parser.add_argument("--profile", choices=("db", "mixed", "both", "none"), default="db",
+                        help="which drain to profile after the rounds (default db)")
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
     base_dir = Path(tempfile.mkdtemp(prefix="bench-finalize-"))
@@ -455,7 +498,7 @@ def main() -> None:
     try:
         start_all(servers)
         run(servers[0], servers[1], args.rows, args.rounds, base_dir,  # type: ignore[arg-type]
-            not args.no_profile)
+            {"both": ["db", "mixed"], "none": []}.get(args.profile, [args.profile]))
     finally:
         stop_all(servers)
         shutil.rmtree(base_dir, ignore_errors=True)

@@ -94,5 +94,5 @@ CR_ERRORS = Counter(
     "Poison conferences left active (guard rejected, or outcome could not be built).")
 RECORDER_STOP_FAILED = Counter(
     "safetynet_recorder_stop_failed",
-    "Recorder stop signals that failed (http_status, timeout, connection, abandoned).",
+    "Recorder stop signals that failed (http_status, timeout, connection, error, abandoned).",
     ["reason"])

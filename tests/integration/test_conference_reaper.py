@@ -292,6 +292,26 @@ async def test_failing_recorder_never_rolls_back_the_batch(
     assert "127.0.0.1" not in json.dumps(logs, default=str)
 
 
+async def test_recorder_answering_404_or_409_counts_as_done(
+        cfg: Config, conn: psycopg.Connection, media_stub: MediaStub) -> None:  # noqa: F811
+    """SPEC §5: 404 (recorder already gone) and 409 (already stopping) are done, not
+    failures: nothing is logged as failed or counted."""
+    conf = insert_conference(conn, last_activity_ago=120)
+    gone = insert_conference_recording(conn, conf, status="Recording")
+    stopping = insert_conference_recording(conn, conf, status="Uploading", created_ago=100)
+    media_stub.answer(gone, 404)
+    media_stub.answer(stopping, 409)
+    before = {r: metric("safetynet_recorder_stop_failed_total", reason=r)
+              for r in ("http_status", "timeout", "connection", "error", "abandoned")}
+    with structlog.testing.capture_logs() as logs:
+        await run_cycle(cfg)
+    assert len(media_stub.stops_for(gone)) == 1 and len(media_stub.stops_for(stopping)) == 1
+    sent = sorted(e["status"] for e in logs if e["event"] == "recorder_stop_sent")
+    assert sent == ["404", "409"]
+    assert not [e for e in logs if e["event"] == "recorder_stop_failed"]
+    assert {r: metric("safetynet_recorder_stop_failed_total", reason=r) for r in before} == before
+
+
 async def test_second_cycle_is_a_no_op_without_second_event(
         cfg: Config, conn: psycopg.Connection) -> None:
     """A repeated cycle over Ended/Failed conferences changes nothing and emits nothing."""
