@@ -16,7 +16,7 @@ RUN pip install --no-cache-dir . \
 
 COPY config/production.example.toml /etc/safetynet/config.toml
 
-USER safetynet
+USER 10001
 # /metrics, /healthz, /readyz (set http.listen = "0.0.0.0:9464" in the mounted config
 # to expose them outside the container; the default binds loopback only).
 EXPOSE 9464

@@ -21,6 +21,7 @@ dev: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/hadolint Dockerfile
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
