@@ -33,6 +33,7 @@ import psycopg
 import structlog
 import trio
 
+from supervision.errors import InfrastructureError
 from supervision.metrics import LOCK_HELD
 from supervision.queries import QUERIES
 from supervision.ticker import Ticker
@@ -75,7 +76,8 @@ class LockedJob:
 
 @attrs.frozen
 class CycleOutcome:
-    """How one tick went: ran, skipped_locked, lost_lock, overran, no_connection."""
+    """How one tick went: ran, skipped_locked, lost_lock, overran, no_connection,
+    infrastructure_error."""
 
     status: str
     job_run_id: str | None = None
@@ -192,13 +194,25 @@ async def serve_lock_keeper(
     ticker = Ticker(job.interval, job.first_delay)
     LOCK_HELD.labels(job=job.name).set(0)
     task_status.started()
+    failed_cycles = 0
     try:
         while True:
             if job.wakeup is None or not await job.wakeup.wait(ticker.delay()):
                 await ticker.wait()
-            outcome = await run_locked_cycle(job, lock)
-            if outcome.status == "no_connection":
-                delay = min(job.reconnect_cap, job.reconnect_base * 2 ** (lock.failures - 1))
+            try:
+                outcome = await run_locked_cycle(job, lock)
+            except* InfrastructureError as group:
+                # A server went away mid-cycle: the row in flight rolled back; back off and
+                # try again rather than crash-loop (bugs still crash and restart the keeper).
+                failed_cycles += 1
+                log.warning("cycle_failed", job=job.name, failures=failed_cycles,
+                            error=str(group.exceptions[0])[:200])
+                outcome = CycleOutcome("infrastructure_error")
+            else:
+                failed_cycles = 0
+            failures = lock.failures if outcome.status == "no_connection" else failed_cycles
+            if failures:
+                delay = min(job.reconnect_cap, job.reconnect_base * 2 ** (failures - 1))
                 await trio.sleep(delay)
     finally:
         lock.discard()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import psycopg
 import pytest
 import trio
@@ -14,8 +17,11 @@ from actors.lock_keeper import (
     run_locked_cycle,
     serve_lock_keeper,
 )
+from supervision.database import open_database
+from supervision.devstack import PostgresServer
 from supervision.metrics import LOCK_HELD
 from supervision.queries import QUERIES
+from tests.waiting import wait_until
 
 
 def holders(dsn: str, job: str) -> list[int]:
@@ -160,3 +166,33 @@ async def test_keeper_reconnects_after_the_database_was_unreachable(db_dsn: str)
             await ok.wait()
         nursery.cancel_scope.cancel()
     assert runs
+
+
+async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
+    """PostgreSQL stopped under a running keeper: cycles fail and back off (no crash, no
+    restart), and resume by themselves when the server is back."""
+    base = Path(tempfile.mkdtemp(prefix="safetynet-outage-"))
+    server = PostgresServer(base)
+    await trio.to_thread.run_sync(server.start)
+    runs: list[str] = []
+    try:
+        async with open_database(server.dsn, size=1, connect_timeout=1) as db:
+
+            async def cycle(ctx: CycleContext) -> None:
+                await db.run(lambda conn: conn.execute("SELECT 1"))
+                runs.append(ctx.job_run_id)
+
+            job = LockedJob("test-outage", 0.1, 5, cycle, first_delay=0, ping_interval=0.1,
+                            reconnect_base=0.05, reconnect_cap=0.5)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_lock_keeper, job, server.dsn)
+                await trio.to_thread.run_sync(wait_until, lambda: len(runs) >= 2, 10, "runs")
+                await trio.to_thread.run_sync(server.stop)
+                await trio.sleep(1.5)  # cycles fail while it is down
+                before = len(runs)
+                await trio.to_thread.run_sync(server.start)
+                await trio.to_thread.run_sync(
+                    wait_until, lambda: len(runs) >= before + 2, 20, "cycles after restart")
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(server.stop)
