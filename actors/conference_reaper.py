@@ -9,7 +9,8 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
     empty-room ─▶ provision-timeout ─▶ stale-live      one transaction per phase
         │ after each commit: StopRecording per running recorder of a closed room
         ▼
-    recorder-signal sender (≤ 8 concurrent POSTs, each ≤ media.timeout) ─▶ media stack
+    recorder-signal sender (≤ 8 concurrent POSTs, each ≤ media.timeout; after the last
+    commit the fan-out gets one media.timeout more) ─▶ media stack
 
 Each phase claims at most ``batch_size`` due conferences through ``ix_conf_active`` with
 ``FOR UPDATE SKIP LOCKED`` and, in the same transaction, makes them terminal and writes
@@ -127,7 +128,7 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
         stops_send, stops_recv = trio.open_memory_channel[StopRecording](job.cfg.batch_size)
         failure: Exception | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(serve_recorder_signal, sender, stops_recv, deadline,
+            nursery.start_soon(partial(serve_recorder_signal, sender, stops_recv,
                                        concurrency=job.stop_concurrency))
             async with stops_send:
                 try:

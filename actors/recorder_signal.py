@@ -2,7 +2,7 @@
 
 >>> async with open_media_client(cfg.media) as http:
 ...     sender = RecorderSignal(cfg.media, http)
-...     nursery.start_soon(serve_recorder_signal, sender, stops_recv, cycle_deadline)
+...     nursery.start_soon(serve_recorder_signal, sender, stops_recv)
 
 Inputs: :class:`StopRecording` messages (receive channel), sent by the conference reaper
 after the batch that closed the room has committed. Outputs: one
@@ -16,9 +16,11 @@ the signal is best-effort, recording-finalize drives the recording to a terminal
 Restart type: none — it lives for one cycle.
 
 What cancellation does: requests in flight are dropped (their recorders are finalized by
-the recording path). When the inbox is closed, whatever is still queued or in flight is
-bounded by the cycle's deadline (at least one ``media.timeout`` more); requests cut off
-there are logged and counted as ``abandoned``.
+the recording path). Once the inbox is closed (the cycle committed its last batch), what
+is still queued or in flight gets one ``media.timeout`` more; requests cut off there are
+logged and counted as ``abandoned``. So a media-stack outage stretches a cycle by at most
+one timeout, never towards ``max_run_duration`` (which would delay the next tick and the
+empty-room SLO).
 """
 
 from __future__ import annotations
@@ -86,13 +88,13 @@ class RecorderSignal:
 
 
 async def serve_recorder_signal(
-    sender: RecorderSignal, inbox: trio.MemoryReceiveChannel[StopRecording],
-    deadline: float, *, concurrency: int = 8,
+    sender: RecorderSignal, inbox: trio.MemoryReceiveChannel[StopRecording], *,
+    concurrency: int = 8, drain: float | None = None,
 ) -> None:
     """Send a stop for every message until *inbox* is closed and the fan-out is done.
 
-    *deadline* (Trio time) bounds the fan-out once the inbox is closed; it is pushed out
-    to one ``media.timeout`` after the close when the phases ran late.
+    After the close, the fan-out is bounded by *drain* seconds (default: one
+    ``media.timeout``).
     """
     limiter = trio.CapacityLimiter(concurrency)
     in_flight: dict[str, StopRecording] = {}
@@ -107,7 +109,8 @@ async def serve_recorder_signal(
     async with inbox, trio.open_nursery() as nursery:
         async for request in inbox:
             nursery.start_soon(one, request)
-        nursery.cancel_scope.deadline = max(deadline, trio.current_time() + sender.timeout)
+        nursery.cancel_scope.deadline = trio.current_time() + (
+            sender.timeout if drain is None else drain)
     if nursery.cancel_scope.cancelled_caught:
         for request in in_flight.values():
             _report(StopOutcome(request, False, "abandoned"))

@@ -326,54 +326,71 @@ def pgbench(server: PostgresServer, base_dir: Path, per_client: int, tag: str,
 
 def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
                 head_ids: list[str]) -> dict[str, Any]:
+    """Ceiling on half the objects, the drain, the ceiling on the other half."""
     dsn = cfg.postgres.dsn.reveal()
     seed(dsn, "m", rows, all_available=False)
     ceiling_cpu = CpuMeter(servers)
+    half = len(head_ids) // 2
     with ceiling_cpu.measure():
-        head_s, outcomes, heads = trio.run(s3_ceiling, cfg, head_ids)
+        head_s1, outcomes, heads1 = trio.run(s3_ceiling, cfg, head_ids[:half])
     meter = CpuMeter(servers)
     with RssSampler() as rss, meter.measure():
         seconds, counts, cycles, store = trio.run(drain, cfg)
+    ceiling_cpu2 = CpuMeter(servers)
+    with ceiling_cpu2.measure():
+        head_s2, outcomes2, heads2 = trio.run(s3_ceiling, cfg, head_ids[half:])
     present = sum(1 for n in range(rows) if kind(n) == "present")
     missing = sum(1 for n in range(rows) if kind(n) == "missing")
+    outcomes.update(outcomes2)
     assert outcomes == {"Found": present, "Missing": missing}, outcomes
     state = db_state(dsn)
     assert state == (rows - missing, missing, rows, rows - missing, rows), state
     assert (counts.reconciled, counts.failed, counts.republished) == (
         present, missing, rows - present - missing), counts
     assert store.calls == len(head_ids), store.calls
-    ceiling = len(head_ids) / head_s
-    py_head = ceiling_cpu.used["python"] / len(head_ids)
+    head_s = head_s1 + head_s2  # = len(head_ids) / ceiling: the ideal drain time
+    py_head = (ceiling_cpu.used["python"] + ceiling_cpu2.used["python"]) / len(head_ids)
+    weed_head = (ceiling_cpu.used["weed"] + ceiling_cpu2.used["weed"]) / len(head_ids)
     py_row = meter.used["python"] / rows
-    return {"seconds": seconds, "rate": rows / seconds, "cycles": cycles, "ceiling": ceiling,
+    return {"seconds": seconds, "rate": rows / seconds, "cycles": cycles,
+            "ceiling": len(head_ids) / head_s, "ceiling_halves": (half / head_s1,
+                                                                  (len(head_ids) - half) / head_s2),
             "ideal": head_s, "ratio": head_s / seconds, "peak_rss": rss.peak,
-            "start_rss": rss.start_rss, "cpu": meter, "ceiling_cpu": ceiling_cpu,
-            "py_head": py_head, "py_row": py_row,
+            "start_rss": rss.start_rss, "cpu": meter, "py_head": py_head,
+            "weed_head": weed_head, "py_row": py_row,
             "cpu_ratio": py_head * len(head_ids) / (py_row * rows),
-            "lat_ceiling": heads.busy / heads.calls, "lat_drain": store.busy / store.calls,
+            "lat_ceiling": (heads1.busy + heads2.busy) / (heads1.calls + heads2.calls),
+            "lat_drain": store.busy / store.calls,
             "pool_busy": store.busy / (cfg.s3.concurrency * seconds)}
 
 
 def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None],
              rows: int, base_dir: Path) -> dict[str, Any]:
+    """pgbench, the drain, pgbench again (the ceiling is their mean), then pgbench with
+    BEGIN/COMMIT around the statement."""
     dsn = cfg.postgres.dsn.reveal()
+    per_client = rows // PGBENCH_CLIENTS
+    results: dict[str, Any] = {}
+
+    def bench(key: str, explicit_tx: bool) -> None:
+        seed(dsn, "d", rows, all_available=True)
+        meter = CpuMeter(servers)
+        with meter.measure():
+            results[key] = pgbench(server, base_dir, per_client, "d", explicit_tx)
+        done, outbox = db_state(dsn)[2:4]
+        assert done == outbox == per_client * PGBENCH_CLIENTS, db_state(dsn)
+        results[key + "_cpu"] = meter
+
+    bench("tps1", False)
     seed(dsn, "d", rows, all_available=True)
     meter = CpuMeter(servers)
     with meter.measure():
         seconds, counts, cycles, _ = trio.run(drain, cfg)
     assert counts.republished == rows and db_state(dsn)[2:4] == (rows, rows), counts
-    per_client = rows // PGBENCH_CLIENTS
-    results: dict[str, Any] = {"seconds": seconds, "rate": rows / seconds, "cycles": cycles,
-                               "cpu": meter}
-    for explicit_tx in (False, True):
-        seed(dsn, "d", rows, all_available=True)
-        pg_meter = CpuMeter(servers)
-        with pg_meter.measure():
-            tps = pgbench(server, base_dir, per_client, "d", explicit_tx)
-        done, outbox = db_state(dsn)[2:4]
-        assert done == outbox == per_client * PGBENCH_CLIENTS, db_state(dsn)
-        results["tx_tps" if explicit_tx else "tps"] = tps
-        results["tx_cpu" if explicit_tx else "pg_cpu"] = pg_meter
+    bench("tps2", False)
+    bench("tx_tps", True)
+    results.update(seconds=seconds, rate=rows / seconds, cycles=cycles, cpu=meter,
+                   tps=(results["tps1"] + results["tps2"]) / 2)
     results["ratio"] = results["rate"] / results["tps"]
     return results
 
@@ -444,26 +461,28 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
         dbb.append(db_round(cfg, server, servers, rows, base_dir))
         print(f"  round {n + 1} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
-    print(f"\n{'MIXED':8}{'drain s':>8}{'rows/s':>7}{'ceiling HEAD/s':>15}{'ideal s':>8}"
-          f"{'ratio':>6}{'HEAD ms ceil/drain':>19}{'S3 pool busy':>13}{'peak RSS':>9}")
+    print(f"\n{'MIXED':8}{'drain s':>8}{'rows/s':>7}{'ceiling HEAD/s':>15}{'(halves)':>11}"
+          f"{'ideal s':>8}{'ratio':>6}{'HEAD ms ceil/drain':>19}{'S3 pool busy':>13}"
+          f"{'peak RSS':>9}")
     for n, m in enumerate(mixed, 1):
+        h1, h2 = m["ceiling_halves"]
         print(f"round {n:<2}{m['seconds']:8.2f}{m['rate']:7.0f}{m['ceiling']:15.0f}"
-              f"{m['ideal']:8.2f}{m['ratio']:6.2f}{1000 * m['lat_ceiling']:11.2f} /"
-              f"{1000 * m['lat_drain']:5.2f}{100 * m['pool_busy']:12.0f}%"
-              f"{m['peak_rss'] / 2**20:7.0f}MB")
+              f"{h1:6.0f}/{h2:<4.0f}{m['ideal']:8.2f}{m['ratio']:6.2f}"
+              f"{1000 * m['lat_ceiling']:11.2f} /{1000 * m['lat_drain']:5.2f}"
+              f"{100 * m['pool_busy']:12.0f}%{m['peak_rss'] / 2**20:7.0f}MB")
     print("  CPU ms per HEAD in the ceiling | per row in the drain; python CPU ratio ="
           " (ceiling python CPU x HEADs) / (drain python CPU x rows):")
     for n, m in enumerate(mixed, 1):
-        print(f"  round {n}: {m['ceiling_cpu'].per_item(len(head_ids), ('python', 'weed'))} |"
-              f" {m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))};"
+        print(f"  round {n}: python {1000 * m['py_head']:.2f} weed {1000 * m['weed_head']:.2f}"
+              f" | {m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))};"
               f" python CPU ratio {m['cpu_ratio']:.2f}")
-    print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>7}{'pgbench tps':>12}{'ratio':>6}"
-          f"{'BEGIN/COMMIT tps':>17}   CPU ms per row: drain | pgbench")
+    print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>7}{'pgbench tps':>12}{'(before/after)':>15}"
+          f"{'ratio':>6}{'BEGIN/COMMIT tps':>17}   CPU ms per row: drain | pgbench")
     for n, d in enumerate(dbb, 1):
         print(f"round {n:<2}{d['seconds']:8.2f}{d['rate']:7.0f}{d['tps']:12.0f}"
-              f"{d['ratio']:6.2f}{d['tx_tps']:17.0f}   "
+              f"{d['tps1']:8.0f}/{d['tps2']:<6.0f}{d['ratio']:6.2f}{d['tx_tps']:17.0f}   "
               f"{d['cpu'].per_item(rows, ('python', 'postgres'))} | "
-              f"{d['pg_cpu'].per_item(rows, ('children', 'postgres'))}"
+              f"{d['tps1_cpu'].per_item(rows, ('children', 'postgres'))}"
               .replace("children", "pgbench"))
 
     mixed_ratio = [m["ratio"] for m in mixed]

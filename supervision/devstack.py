@@ -491,7 +491,11 @@ class S3Server:
 
     def _checked(self, method: str, path: str, body: bytes = b"",
                  headers: dict[str, str] | None = None) -> httpx.Response:
-        response = self._request(method, path, body, headers)
+        for attempt in range(4):  # SeaweedFS answers 500 "please try again" while it grows
+            response = self._request(method, path, body, headers)  # a volume: retry that
+            if response.status_code < 500:
+                break
+            time.sleep(0.2 * (attempt + 1))
         if response.status_code >= 300:
             raise DevStackError(f"S3 {method} {path}: {response.status_code} {response.text}")
         return response

@@ -73,9 +73,11 @@ def _fresh_database(pg_server: PostgresServer, template: str | None) -> Iterator
             )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bucket(s3_server: S3Server) -> str:
-    """A fresh, empty recordings bucket for this test."""
+    """The session's recordings bucket. Tests never collide in it (object keys are the
+    recordings' fresh UUIDs); one bucket, because SeaweedFS gives each bucket its own
+    volumes and a bucket per test would exhaust the dev server's volume slots."""
     name = f"rec-{uuid.uuid4().hex[:12]}"
     s3_server.create_bucket(name)
     return name

@@ -183,7 +183,8 @@ async def _main() -> None:
         await nursery.start(stub.serve)
         print(stub.base_url, flush=True)
         await trio.to_thread.run_sync(sys.stdin.read)
-        print(len(stub.requests), flush=True)
+        with contextlib.suppress(BrokenPipeError):  # the parent stopped listening
+            print(len(stub.requests), flush=True)
         nursery.cancel_scope.cancel()
 
 

@@ -292,6 +292,35 @@ async def test_failing_recorder_never_rolls_back_the_batch(
     assert "127.0.0.1" not in json.dumps(logs, default=str)
 
 
+async def test_stop_fan_out_gets_one_timeout_after_the_last_commit(
+        db_dsn: str, conn: psycopg.Connection, media_stub: MediaStub) -> None:  # noqa: F811
+    """A media stack that hangs on every stop cannot stretch the cycle past one
+    media.timeout after the last commit: what is not done by then is abandoned, logged
+    and counted, and the rooms stay Ended with their events."""
+    cfg = make_config(db_dsn, media={"base_url": media_stub.base_url, "timeout": "0.3s"})
+    conf = insert_conference(conn, last_activity_ago=120)
+    hung = [insert_conference_recording(conn, conf, created_ago=300 - n) for n in range(3)]
+    for rid in hung:
+        media_stub.hang(rid)
+    before = {r: metric("safetynet_recorder_stop_failed_total", reason=r)
+              for r in ("timeout", "abandoned")}
+    started = trio.current_time()
+    async with open_database(db_dsn, size=2) as db, open_media_client(cfg.media) as http:
+        job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http, stop_concurrency=1)
+        with structlog.testing.capture_logs() as logs:
+            counts = await run_reaper_cycle(job, CycleContext(JOB, str(uuid.uuid4())))
+    elapsed = trio.current_time() - started
+    assert elapsed < 0.75  # one at a time, waiting for all three would take 0.9 s
+    assert counts_of(counts) == {"empty_timeout": 1}
+    assert len(outbox_rows(conn, conf.id)) == 1
+    failed = {e["recording_id"]: e["error"] for e in logs
+              if e["event"] == "recorder_stop_failed"}
+    assert set(failed) == set(hung) and "abandoned" in failed.values()
+    after = {r: metric("safetynet_recorder_stop_failed_total", reason=r) for r in before}
+    assert sum(after.values()) - sum(before.values()) == 3
+    assert after["abandoned"] > before["abandoned"]
+
+
 async def test_recorder_answering_404_or_409_counts_as_done(
         cfg: Config, conn: psycopg.Connection, media_stub: MediaStub) -> None:  # noqa: F811
     """SPEC §5: 404 (recorder already gone) and 409 (already stopping) are done, not
