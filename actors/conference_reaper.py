@@ -7,10 +7,14 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
     AsOf = SELECT now()          (once per cycle: the database clock, never the host's)
     empty-room ─▶ provision-timeout ─▶ stale-live      one transaction per phase
-        │ after each commit: StopRecording per running recorder of a closed room
+        │ then: StopRecording per running recorder of the rooms closed (and committed)
         ▼
-    recorder-signal sender (≤ 8 concurrent POSTs, each ≤ media.timeout; after the last
-    commit the fan-out gets one media.timeout more) ─▶ media stack
+    recorder-signal sender (≤ 8 concurrent POSTs, each ≤ media.timeout, all of them
+    ≤ 1.5 x media.timeout) ─▶ media stack
+
+The stops go out after the last phase rather than between phases: their HTTP work would
+otherwise compete for the interpreter with the phases' transactions (measured in the
+bench: it stretched each phase), and the whole fan-out then has one simple bound.
 
 Each phase claims at most ``batch_size`` due conferences through ``ix_conf_active`` with
 ``FOR UPDATE SKIP LOCKED`` and, in the same transaction, makes them terminal and writes
@@ -51,7 +55,6 @@ flight are dropped (best-effort; recording-finalize is the safety net for record
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import attrs
 import httpx
@@ -124,40 +127,36 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
         deadline = started + job.cfg.max_run_duration
-        sender = RecorderSignal(job.media, job.http)
-        stops_send, stops_recv = trio.open_memory_channel[StopRecording](job.cfg.batch_size)
+        stops: list[StopRecording] = []
         failure: Exception | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(serve_recorder_signal, sender, stops_recv,
-                                       concurrency=job.stop_concurrency))
-            async with stops_send:
-                try:
-                    for phase in PHASES:
-                        # A stop requested during the previous batch (which the shield let
-                        # commit) is honoured here, before the next storage access.
-                        await trio.lowlevel.checkpoint_if_cancelled()
-                        if trio.current_time() >= deadline:
-                            log.warning("cycle_deadline_reached", phase=phase.name)
-                            break
-                        with span("conference-reaper.batch", phase=phase.name) as batch:
-                            result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
-                                                         ctx.job_run_id)
-                            batch.set_attributes({
-                                "claimed": result.claimed, "reaped": len(result.reaped),
-                                "failed": len(result.failed), "fallback": result.fallback,
-                                "skipped_locked": result.skipped_locked})
-                            if result.enqueued:
-                                job.wake_relay()
-                            # logs, counts and item spans overlap the next phase's
-                            # transaction (the task has no checkpoint: it runs whole even
-                            # if the cycle is cancelled)
-                            nursery.start_soon(_report, result, counts)
-                        for reaped in result.reaped:
-                            for recording_id in reaped.active_recordings:
-                                await _enqueue(stops_send,
-                                               StopRecording(recording_id, reaped.conference_id))
-                except Exception as exc:  # batches already committed still get their stops
-                    failure = exc
+            try:
+                for phase in PHASES:
+                    # A stop requested during the previous batch (which the shield let
+                    # commit) is honoured here, before the next storage access.
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    if trio.current_time() >= deadline:
+                        log.warning("cycle_deadline_reached", phase=phase.name)
+                        break
+                    with span("conference-reaper.batch", phase=phase.name) as batch:
+                        result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
+                                                     ctx.job_run_id)
+                        batch.set_attributes({
+                            "claimed": result.claimed, "reaped": len(result.reaped),
+                            "failed": len(result.failed), "fallback": result.fallback,
+                            "skipped_locked": result.skipped_locked})
+                        if result.enqueued:
+                            job.wake_relay()
+                        # logs, counts and item spans overlap the next phase's transaction
+                        # (the task has no checkpoint: it runs whole even if cancelled)
+                        nursery.start_soon(_report, result, counts)
+                    stops.extend(StopRecording(recording_id, reaped.conference_id)
+                                 for reaped in result.reaped
+                                 for recording_id in reaped.active_recordings)
+            except Exception as exc:  # batches already committed still get their stops
+                failure = exc
+        if stops:
+            await _signal_recorders(job, stops)
         if failure is not None:
             raise failure
         status = "ok"
@@ -179,13 +178,15 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
             await refresh_backlog(job.db, job.cfg)
 
 
-async def _enqueue(channel: trio.MemorySendChannel[StopRecording],
-                   request: StopRecording) -> None:
-    """Hand a stop to the sender without yielding unless its queue is full."""
-    try:
-        channel.send_nowait(request)
-    except trio.WouldBlock:
-        await channel.send(request)
+async def _signal_recorders(job: ReaperJob, stops: list[StopRecording]) -> None:
+    """The stop fan-out, once the phases are done (so it never competes with their
+    transactions): at most ``stop_concurrency`` at a time, 1.5 x ``media.timeout`` in all."""
+    send, receive = trio.open_memory_channel[StopRecording](len(stops))
+    async with send:
+        for request in stops:
+            send.send_nowait(request)
+    await serve_recorder_signal(RecorderSignal(job.media, job.http), receive,
+                                concurrency=job.stop_concurrency)
 
 
 async def _report(result: PhaseResult, counts: ReaperCounts) -> None:

@@ -16,11 +16,11 @@ the signal is best-effort, recording-finalize drives the recording to a terminal
 Restart type: none — it lives for one cycle.
 
 What cancellation does: requests in flight are dropped (their recorders are finalized by
-the recording path). Once the inbox is closed (the cycle committed its last batch), what
-is still queued or in flight gets one ``media.timeout`` more; requests cut off there are
-logged and counted as ``abandoned``. So a media-stack outage stretches a cycle by at most
-one timeout, never towards ``max_run_duration`` (which would delay the next tick and the
-empty-room SLO).
+the recording path). Once the inbox is closed, the whole fan-out gets 1.5 x
+``media.timeout``: a request that started at once always ends with its own outcome,
+requests still queued behind the limiter are cut off, logged and counted as
+``abandoned``. So a media-stack outage stretches a cycle by that much at most, never
+towards ``max_run_duration`` (which would delay the next tick and the empty-room SLO).
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ async def serve_recorder_signal(
 ) -> None:
     """Send a stop for every message until *inbox* is closed and the fan-out is done.
 
-    After the close, the fan-out is bounded by *drain* seconds (default: one
-    ``media.timeout``).
+    After the close, the fan-out is bounded by *drain* seconds (default: 1.5 x
+    ``media.timeout``, see the module docstring).
     """
     limiter = trio.CapacityLimiter(concurrency)
     in_flight: dict[str, StopRecording] = {}
@@ -110,7 +110,7 @@ async def serve_recorder_signal(
         async for request in inbox:
             nursery.start_soon(one, request)
         nursery.cancel_scope.deadline = trio.current_time() + (
-            sender.timeout if drain is None else drain)
+            1.5 * sender.timeout if drain is None else drain)
     if nursery.cancel_scope.cancelled_caught:
         for request in in_flight.values():
             _report(StopOutcome(request, False, "abandoned"))

@@ -133,7 +133,8 @@ async def test_job_converges_after_transient_faults(
         fault_bucket: str) -> None:
     """After one cycle with transient HEAD faults and further cycles with S3 healthy: every
     row whose session ended long ago is Done or Quarantined (quarantined only for bad
-    metadata, a missing recording, or a transient failure of its last attempt); rows still
+    metadata, a missing recording, or a transient failure of its last attempt) and its
+    recording Available exactly when its binary is good, else Failed; rows still
     inside the SLA are untouched; every Available recording has exactly one outbox row; no
     Failed recording has a binary in S3."""
     prefix = f"prop-{uuid.uuid4().hex[:8]}/"
@@ -166,14 +167,15 @@ async def test_job_converges_after_transient_faults(
         elif not row.head_needed:
             assert (fin["status"], fin["attempts"], rec["status"]) == (
                 "Pending", row.attempts, row.status)
-        elif row.binary in BAD_BINARIES:
-            assert fin["status"] == "Quarantined" and fin["last_error"].startswith("object:")
-            assert rec["status"] == row.status
-        elif fin["status"] == "Quarantined":  # only a transient failure of the last attempt
-            assert row.attempts == max_attempts - 1 and fin["last_error"].startswith("s3:")
+        elif fin["status"] == "Quarantined":
+            last_attempt_failed = (row.attempts == max_attempts - 1
+                                   and fin["last_error"].startswith("s3:"))
+            bad_metadata = (row.binary in BAD_BINARIES
+                            and fin["last_error"].startswith("object:"))
+            assert last_attempt_failed or bad_metadata, (row, fin["last_error"])
             assert rec["status"] == row.status
         else:
-            assert fin["status"] == "Done"
+            assert row.binary not in BAD_BINARIES and fin["status"] == "Done", row
             assert rec["status"] == ("Available" if row.binary == "good" else "Failed")
     for available in fetch(conn, "SELECT id FROM messenger.call_recordings"
                                  " WHERE status = 'Available'"):

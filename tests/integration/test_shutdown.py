@@ -41,7 +41,8 @@ def seed_lost_callbacks(dsn: str, rows: int) -> None:
             " now(), now() FROM messenger.call_recordings")
 
 
-def write_config(path: Path, dsn: str, s3: S3Server, bucket: str, **jobs: object) -> Path:
+def write_config(path: Path, dsn: str, s3: S3Server, bucket: str, only_finalize: bool = False,
+                 **jobs: object) -> Path:
     creds = s3.credentials
     rf = {"polling_interval": "1s", "batch_size": 25, "lock_ttl": "3m",
           "max_run_duration": "2m", **jobs}
@@ -50,7 +51,9 @@ def write_config(path: Path, dsn: str, s3: S3Server, bucket: str, **jobs: object
         "s3": {"endpoint_url": s3.endpoint_url, "bucket": bucket, "region": creds.region,
                "access_key_id": creds.access_key_id,
                "secret_access_key": creds.secret_access_key},
-        "jobs": {"recording_finalize": rf},
+        "jobs": {"recording_finalize": rf,
+                 "conference_reaper": {"enabled": not only_finalize}},
+        "outbox_relay": {"enabled": not only_finalize},
         "supervision": {"shutdown_grace": "5s", "max_restarts": 2, "restart_window": "60s"},
         "logging": {"format": "json"},
     }))
@@ -165,7 +168,7 @@ def test_actor_crashing_on_every_start_escalates_and_exits_1(
     the root gives up with exit 1 and a log line naming the actor and its last error."""
     log = tmp_path / "daemon.log"
     config = write_config(tmp_path / "c.toml", empty_db_dsn, s3_server, bucket,
-                          polling_interval="100ms")
+                          only_finalize=True, polling_interval="100ms")
     proc = start_daemon(config, log)
     try:
         code = proc.wait(timeout=60)
