@@ -77,9 +77,14 @@ class CpuMeter:
     def start(self) -> None:
         self._t0 = self._snapshot()
 
-    def stop(self) -> None:
+    def stop(self, settle_s: float = 0.3) -> None:
+        """Wall time now; CPU after *settle_s*, once the postmaster has reaped the backends
+        of pools closed at the end (their CPU moves to its children_* times)."""
+        wall = time.perf_counter() - self._t0["wall"]
+        time.sleep(settle_s)
         t1 = self._snapshot()
-        self.wall = t1.pop("wall") - self._t0["wall"]
+        t1.pop("wall")
+        self.wall = wall
         self.used = {name: t1[name] - self._t0[name] for name in t1}
 
     @contextlib.contextmanager
@@ -182,15 +187,18 @@ def py_spy_available() -> bool:
 
 
 @contextlib.contextmanager
-def py_spy(out: Path, rate: int = 250) -> Iterator[Path]:
-    """Sample every thread of this process while the block runs (py-spy, raw stacks).
+def py_spy(out: Path, rate: int = 400) -> Iterator[Path]:
+    """Sample this process while the block runs (py-spy, raw stacks): at each sample, the
+    stack of the thread that holds the GIL, if any (``--gil``).
 
-    Idle threads (sleeping in a syscall or waiting for the GIL) are not sampled, so the
-    samples are where this process spends CPU."""
+    The GIL is what every thread here (Trio's, the database workers) queues for, so these
+    samples are where the Python CPU goes; code that releases the GIL (libpq's network
+    I/O, socket syscalls) is not in them. (py-spy's "active thread" heuristics count
+    threads blocked in epoll/poll/locks here, with or without ``--nonblocking``.)"""
     exe = str(PY_SPY) if PY_SPY.exists() else shutil.which("py-spy") or "py-spy"
     proc = subprocess.Popen(
         [exe, "record", "--pid", str(os.getpid()), "--rate", str(rate), "--format", "raw",
-         "--threads", "--nonblocking", "--full-filenames", "--duration", "900",
+         "--threads", "--gil", "--nonblocking", "--full-filenames", "--duration", "900",
          "-o", str(out)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(0.7)  # let it attach
@@ -220,9 +228,9 @@ def _package(path: str) -> str:
     return parts[-1]
 
 
-def py_spy_report(raw: Path, per: int, label: str, rate: int = 250,
+def py_spy_report(raw: Path, per: int, label: str, rate: int = 400,
                   inclusive: Sequence[str] = (), top: int = 12) -> list[str]:
-    """Where the sampled CPU went: by thread, by package of the running frame, by function,
+    """Where the samples went: by thread, by package of the running frame, by function,
     and the inclusive share of the named functions (``name`` or ``Class.name``)."""
     threads: Counter[str] = Counter()
     packages: Counter[str] = Counter()
@@ -251,9 +259,10 @@ def py_spy_report(raw: Path, per: int, label: str, rate: int = 250,
     if not total:
         return ["  (no samples)"]
     ms = 1000 / rate / per
-    lines = [f"  {total} samples at {rate}/s = {total * ms:.3f} ms CPU per {label}; by thread: "
+    lines = [f"  {total} samples at {rate}/s = {total * ms:.3f} ms with the GIL per {label};"
+             " by thread: "
              + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in threads.most_common())]
-    lines.append("  own CPU by package: " + ", ".join(
+    lines.append("  own time by package: " + ", ".join(
         f"{k} {100 * v / total:.0f}%" for k, v in packages.most_common(12)))
     lines.append(f"  {'own %':>6}{'ms/' + label:>9}  function")
     for name, v in leaves.most_common(top):

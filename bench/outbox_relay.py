@@ -30,8 +30,9 @@ once:
 
 and, unless ``--profile none``, two more drains of the same rows (reported, not timed
 against anything): every database call and every wave timed on both sides of its
-crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy CPU samples of this
-process when py-spy is installed (``pip install py-spy``).
+crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples of the thread
+holding the GIL (where the Python CPU goes) when py-spy is installed (``pip install
+py-spy``).
 
 It starts its own PostgreSQL and Tansu (``supervision.devstack``, in a temp dir) and
 always stops them. Run:
@@ -330,7 +331,7 @@ def profile(cfg: Config, kafka: KafkaServer, work: Workload, tag: str, partition
     work.insert(dsn, topic, str(uuid.uuid4()))
     with py_spy(base_dir / "py-spy-relay.txt") as raw:
         seconds, _, _ = trio.run(timed_drain, cfg)
-    lines.append(f"2) py-spy, CPU samples of this process ({rows / seconds:.0f} events/s while"
+    lines.append(f"2) py-spy, samples of the GIL holder ({rows / seconds:.0f} events/s while"
                  " sampled):")
     lines += py_spy_report(raw, rows, "event", inclusive=INCLUSIVE)
     return lines

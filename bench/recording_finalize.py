@@ -13,25 +13,31 @@ SLA is 30 min, so every row is past it) and measures:
                 max_run_duration 10m) until a cycle finds nothing due; JSON logs rendered
                 to /dev/null as in the daemon.
   S3 ceiling    signed HEADs of the same objects (the 90% that need one) from 8 Trio tasks
-                through the same ``open_object_store`` + ``head_recording``, no database;
-                measured right before and right after the drain, the ratio uses their mean:
-                ideal = (rows needing a HEAD) / ceiling; ratio = ideal / drain time
-                (target >= 0.8).
+                through the same ``open_object_store`` + ``head_recording``, no database:
+                half of them right before the drain, half right after (so a drift of the
+                machine's load hits both sides). ideal = (rows needing a HEAD) / ceiling;
+                ratio = ideal / drain time (target >= 0.8).
   DB-bound      all rows Available-unpublished (no S3 at all), drained the same way.
   pgbench       the same per-row statement (``finalize_attempts_publish_available``,
                 transition=false), one row per transaction, 4 clients, prepared, each
-                client walking its own slice of the same seeded rows: the ceiling of the
-                DB-bound drain (target >= 0.5). Also shown, not used for the ratio: the
-                same statement wrapped in BEGIN/COMMIT (what ``Database.atomic`` sends).
+                client walking its own slice of the same seeded rows, right before and
+                right after the drain: their mean is the ceiling of the DB-bound drain
+                (target >= 0.5). Also shown, not in the ratio: the statement wrapped in
+                BEGIN/COMMIT (the transaction ``Database.atomic`` sends, minus its pool
+                check query).
   memory        peak RSS of this process during the mixed drain (psutil every 10 ms;
                 ru_maxrss is the lifetime peak); target < 150 MB.
 
-CPU per row of each process (this Python process, the postmaster and its backends, weed,
-pgbench) is shown for every measurement: on a 2-core machine it says what saturates.
+Alongside: CPU per row of each process (this one, the postmaster with its backends, weed,
+pgbench) — on a shared 2-core machine it says what saturates; the HEAD latency in the
+ceiling and in the drain; how busy the S3 pool (HEADs in flight / 8) and the two
+committers (time inside their database calls / 2) were during each drain.
 
-Then, on the DB-bound workload again (reported, not timed against anything): one drain
-with every database call timed on both sides of the thread crossing, and one drain under
-yappi (CPU clock, every thread) when yappi is installed (``pip install yappi``).
+Then, on the DB-bound workload again (``--profile db``, the default; ``mixed``, ``both``
+or ``none``), reported and not timed against anything: one drain with every database call
+timed on both sides of its thread crossing, and one drain sampled by py-spy (the
+GIL-holding thread of this process: where the Python CPU goes) when py-spy is installed
+(``pip install py-spy``).
 
 It starts its own PostgreSQL and SeaweedFS (``supervision.devstack``, in a temp dir) and
 always stops them. Run:
@@ -334,8 +340,9 @@ def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
     with ceiling_cpu.measure():
         head_s1, outcomes, heads1 = trio.run(s3_ceiling, cfg, head_ids[:half])
     meter = CpuMeter(servers)
+    timed: list[TimedDatabase] = []
     with RssSampler() as rss, meter.measure():
-        seconds, counts, cycles, store = trio.run(drain, cfg)
+        seconds, counts, cycles, store = trio.run(drain, cfg, _recorder(timed))
     ceiling_cpu2 = CpuMeter(servers)
     with ceiling_cpu2.measure():
         head_s2, outcomes2, heads2 = trio.run(s3_ceiling, cfg, head_ids[half:])
@@ -361,7 +368,24 @@ def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
             "cpu_ratio": py_head * len(head_ids) / (py_row * rows),
             "lat_ceiling": (heads1.busy + heads2.busy) / (heads1.calls + heads2.calls),
             "lat_drain": store.busy / store.calls,
-            "pool_busy": store.busy / (cfg.s3.concurrency * seconds)}
+            "pool_busy": store.busy / (cfg.s3.concurrency * seconds),
+            "committers_busy": _commit_time(timed[0]) / (COMMITTERS * seconds)}
+
+
+COMMITTERS = 2  # FinalizeJob's default, as finalize_job() builds it
+COMMIT_FNS = ("publish_available", "fail_timeout", "record_transient", "quarantine", "unclaim")
+
+
+def _recorder(into: list[TimedDatabase]) -> Any:
+    def wrap(db: Any) -> TimedDatabase:
+        into.append(TimedDatabase(db))
+        return into[-1]
+    return wrap
+
+
+def _commit_time(timed: TimedDatabase) -> float:
+    """Seconds the committers spent in their database calls (wall, Trio side)."""
+    return sum(timed.stats[name][1] for name in COMMIT_FNS if name in timed.stats)
 
 
 def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None],
@@ -384,13 +408,15 @@ def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None]
     bench("tps1", False)
     seed(dsn, "d", rows, all_available=True)
     meter = CpuMeter(servers)
+    timed: list[TimedDatabase] = []
     with meter.measure():
-        seconds, counts, cycles, _ = trio.run(drain, cfg)
+        seconds, counts, cycles, _ = trio.run(drain, cfg, _recorder(timed))
     assert counts.republished == rows and db_state(dsn)[2:4] == (rows, rows), counts
     bench("tps2", False)
     bench("tx_tps", True)
     results.update(seconds=seconds, rate=rows / seconds, cycles=cycles, cpu=meter,
-                   tps=(results["tps1"] + results["tps2"]) / 2)
+                   tps=(results["tps1"] + results["tps2"]) / 2,
+                   committers_busy=_commit_time(timed[0]) / (COMMITTERS * seconds))
     results["ratio"] = results["rate"] / results["tps"]
     return results
 
@@ -413,12 +439,7 @@ def profile(cfg: Config, rows: int, base_dir: Path, which: str, tag: str) -> lis
     lines = [f"\nwhere the time goes, {title} drain of {rows} rows (each pass re-seeded):"]
     seed(dsn, tag, rows, all_available=not mixed)
     timed: list[TimedDatabase] = []
-
-    def wrap(db: Any) -> TimedDatabase:
-        timed.append(TimedDatabase(db))
-        return timed[-1]
-
-    seconds, _, _, _ = trio.run(drain, cfg, wrap)
+    seconds, _, _, _ = trio.run(drain, cfg, _recorder(timed))
     lines.append(f"1) every database call timed ({rows / seconds:.0f} rows/s in this pass):"
                  " before = to_thread + pool checkout (with its check query) + BEGIN;"
                  " fn = the statement(s); after = COMMIT + check-in + back in Trio")
@@ -429,7 +450,7 @@ def profile(cfg: Config, rows: int, base_dir: Path, which: str, tag: str) -> lis
     seed(dsn, tag, rows, all_available=not mixed)
     with py_spy(base_dir / f"py-spy-{which}.txt") as raw:
         seconds, _, _, _ = trio.run(drain, cfg)
-    lines.append(f"2) py-spy, CPU samples of this process ({rows / seconds:.0f} rows/s while"
+    lines.append(f"2) py-spy, samples of the GIL holder ({rows / seconds:.0f} rows/s while"
                  " sampled):")
     lines += py_spy_report(raw, rows, "row", inclusive=INCLUSIVE)
     return lines
@@ -462,14 +483,15 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
         print(f"  round {n + 1} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
     print(f"\n{'MIXED':8}{'drain s':>8}{'rows/s':>7}{'ceiling HEAD/s':>15}{'(halves)':>11}"
-          f"{'ideal s':>8}{'ratio':>6}{'HEAD ms ceil/drain':>19}{'S3 pool busy':>13}"
-          f"{'peak RSS':>9}")
+          f"{'ideal s':>8}{'ratio':>6}{'HEAD ms ceil/drain':>19}{'busy: S3 pool':>14}"
+          f"{'committers':>11}{'peak RSS':>9}")
     for n, m in enumerate(mixed, 1):
         h1, h2 = m["ceiling_halves"]
         print(f"round {n:<2}{m['seconds']:8.2f}{m['rate']:7.0f}{m['ceiling']:15.0f}"
               f"{h1:6.0f}/{h2:<4.0f}{m['ideal']:8.2f}{m['ratio']:6.2f}"
               f"{1000 * m['lat_ceiling']:11.2f} /{1000 * m['lat_drain']:5.2f}"
-              f"{100 * m['pool_busy']:12.0f}%{m['peak_rss'] / 2**20:7.0f}MB")
+              f"{100 * m['pool_busy']:13.0f}%{100 * m['committers_busy']:10.0f}%"
+              f"{m['peak_rss'] / 2**20:7.0f}MB")
     print("  CPU ms per HEAD in the ceiling | per row in the drain; python CPU ratio ="
           " (ceiling python CPU x HEADs) / (drain python CPU x rows):")
     for n, m in enumerate(mixed, 1):
@@ -477,10 +499,12 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
               f" | {m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))};"
               f" python CPU ratio {m['cpu_ratio']:.2f}")
     print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>7}{'pgbench tps':>12}{'(before/after)':>15}"
-          f"{'ratio':>6}{'BEGIN/COMMIT tps':>17}   CPU ms per row: drain | pgbench")
+          f"{'ratio':>6}{'BEGIN/COMMIT tps':>17}{'committers busy':>16}"
+          f"   CPU ms per row: drain | pgbench")
     for n, d in enumerate(dbb, 1):
         print(f"round {n:<2}{d['seconds']:8.2f}{d['rate']:7.0f}{d['tps']:12.0f}"
-              f"{d['tps1']:8.0f}/{d['tps2']:<6.0f}{d['ratio']:6.2f}{d['tx_tps']:17.0f}   "
+              f"{d['tps1']:8.0f}/{d['tps2']:<6.0f}{d['ratio']:6.2f}{d['tx_tps']:17.0f}"
+              f"{100 * d['committers_busy']:15.0f}%   "
               f"{d['cpu'].per_item(rows, ('python', 'postgres'))} | "
               f"{d['tps1_cpu'].per_item(rows, ('children', 'postgres'))}"
               .replace("children", "pgbench"))

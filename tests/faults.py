@@ -267,8 +267,8 @@ class FaultProxy:
                     await self._tunnel(conn)
             except* _Reset:
                 _linger_zero(stream)
-            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass  # a peer went away (or the upstream refused): close the other side
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError):
+                pass  # a peer went away, the upstream refused, or garbage: close both sides
             finally:
                 self._live.discard(conn)
                 if conn.upstream is not None:

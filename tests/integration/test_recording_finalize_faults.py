@@ -363,7 +363,7 @@ async def test_two_parallel_runners_finalise_each_recording_exactly_once(
     ids = stuck_recordings(conn, 200)
     with_binary = set(ids[:140])
     await put_recordings(s3_server, fault_bucket, with_binary)
-    s3_proxy.rules.append(HttpRule(s3_object("HEAD"), latency=0.01))  # interleave them
+    s3_proxy.rules.append(HttpRule(s3_object("HEAD"), latency=0.02))  # interleave them
     results = []
 
     async def runner() -> None:

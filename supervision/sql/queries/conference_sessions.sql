@@ -84,11 +84,13 @@ ORDER BY cl.sort_key, cl.id;
 -- The whole outcome of claimed conferences (all of a batch, or one in the per-row
 -- fallback), in one statement. %(ids)s and %(headers)s are parallel arrays (the event
 -- headers carry a per-conference event id computed by the caller).
+--   recs:   per conference, its latest non-Failed recording (WasRecorded, RecordingId) and
+--           the recordings still running (stop signals after commit), in one pass over
+--           call_recordings for the whole batch (ix_recording_active covers only running
+--           recordings, so a per-row lookup would scan the table once per conference);
 --   judged: the guard: the row must still be in %(from_status)s; a conference that is
 --           to be Ended must not have started after AsOf (its duration would be
---           negative): such a row is rejected (poison), left untouched for the runbook.
---           With it, the conference's latest non-Failed recording (WasRecorded,
---           RecordingId) and the recordings still running (stop signals after commit);
+--           negative): such a row is rejected (poison), left untouched for the runbook;
 --   upd:    the terminal transition (INV-CONF-4), under the status guard; the duration is
 --           whole seconds from started_at to AsOf (NULL without started_at, never for
 --           Failed); a value that does not fit (e.g. started_at = 0001-01-01) raises and
@@ -97,24 +99,29 @@ ORDER BY cl.sort_key, cl.id;
 --           Provisioning -> Failed), idempotent by ConferenceId through ux_outbox_dedupe;
 --   rt:     the realtime row for hub-push: reference ids and enums only.
 -- Returns one row per claimed id: transitioned or rejected, and what the caller logs.
-WITH judged AS (
+WITH recs AS (
+    SELECT r.session_id,
+           (array_agg(r.id ORDER BY r.created_at DESC, r.id DESC)
+                FILTER (WHERE r.status <> 'Failed'))[1] AS recording_id,
+           array_agg(r.id ORDER BY r.created_at, r.id)
+               FILTER (WHERE r.status IN ('Pending', 'Recording', 'Uploading'))
+               AS active_recordings
+    FROM messenger.call_recordings r
+    WHERE r.session_kind = 'Conference' AND r.session_id = ANY(%(ids)s::uuid[])
+    GROUP BY r.session_id
+),
+judged AS (
     SELECT c.id, c.chat_id, c.deal_id, c.tenant_id, h.headers,
            CASE
                WHEN c.status <> %(from_status)s::text THEN 'status_changed:' || c.status
                WHEN %(to_status)s::text = 'Ended' AND c.started_at > %(as_of)s
                    THEN 'started_after_as_of'
            END AS rejected,
-           (SELECT r.id FROM messenger.call_recordings r
-            WHERE r.session_kind = 'Conference' AND r.session_id = c.id
-              AND r.status <> 'Failed'
-            ORDER BY r.created_at DESC, r.id DESC
-            LIMIT 1) AS recording_id,
-           ARRAY(SELECT r.id FROM messenger.call_recordings r
-                 WHERE r.session_kind = 'Conference' AND r.session_id = c.id
-                   AND r.status IN ('Pending', 'Recording', 'Uploading')
-                 ORDER BY r.created_at, r.id) AS active_recordings
+           rc.recording_id,
+           COALESCE(rc.active_recordings, '{}'::uuid[]) AS active_recordings
     FROM unnest(%(ids)s::uuid[], %(headers)s::jsonb[]) AS h(id, headers)
     JOIN messenger.conference_sessions c ON c.id = h.id
+    LEFT JOIN recs rc ON rc.session_id = c.id
 ),
 upd AS (
     UPDATE messenger.conference_sessions c
