@@ -35,7 +35,6 @@ from __future__ import annotations
 import http
 import socket
 import struct
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import unquote, urlsplit
@@ -49,8 +48,6 @@ import trio
 from supervision.devstack import S3Server
 
 SLOW_DOWN = {"x-amz-error-code": "SlowDown"}
-FAULTS_BUCKET = f"rec-faults-{uuid.uuid4().hex[:8]}"
-_made_buckets: set[tuple[str, str]] = set()
 _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD = 64 * 1024
 
@@ -400,20 +397,6 @@ async def s3_proxy_fixture(s3_server: S3Server) -> AsyncIterator[FaultProxy]:
     assert url.hostname is not None and url.port is not None
     async with open_fault_proxy(url.hostname, url.port, http=True) as proxy:
         yield proxy
-
-
-@pytest.fixture(name="fault_bucket")
-def fault_bucket_fixture(s3_server: S3Server) -> str:
-    """``fault_bucket``: one recordings bucket shared by every fault test of the session.
-
-    Each SeaweedFS bucket that holds data pins a volume of its own and the dev stack runs
-    ``-volume.max=8``, so a bucket per test runs out of volumes; object keys carry the
-    (unique) recording id, so tests sharing the bucket never see each other's objects.
-    """
-    if (s3_server.endpoint_url, FAULTS_BUCKET) not in _made_buckets:
-        s3_server.create_bucket(FAULTS_BUCKET)
-        _made_buckets.add((s3_server.endpoint_url, FAULTS_BUCKET))
-    return FAULTS_BUCKET
 
 
 async def put_recordings(s3: S3Server, bucket: str, recording_ids: Collection[str], *,

@@ -19,7 +19,6 @@ from tests.faults import (
     SLOW_DOWN,
     FaultProxy,
     HttpRule,
-    fault_bucket_fixture,  # noqa: F401
     open_fault_proxy,
     s3_object,
     s3_proxy_fixture,  # noqa: F401
@@ -150,15 +149,15 @@ def key() -> str:
 
 
 async def test_http_rule_answers_object_heads_locally_only_the_first_n_times(
-        s3_server: S3Server, s3_proxy: FaultProxy, fault_bucket: str) -> None:
+        s3_server: S3Server, s3_proxy: FaultProxy, bucket: str) -> None:
     """503 SlowDown for the first two object HEADs; the bucket HEAD and later requests reach
     SeaweedFS (signed requests pass through untouched), all on one keep-alive connection."""
-    obj = f"/{fault_bucket}/{key()}"
-    s3_server.put_object(fault_bucket, obj.split("/", 2)[2], b"abc", "audio/ogg")
+    obj = f"/{bucket}/{key()}"
+    s3_server.put_object(bucket, obj.split("/", 2)[2], b"abc", "audio/ogg")
     rule = HttpRule(s3_object("HEAD"), status=503, headers=SLOW_DOWN, times=2)
     s3_proxy.rules.append(rule)
     async with s3_client(s3_server, s3_proxy.url) as client:
-        assert (await client.head(f"/{fault_bucket}")).status_code == 200
+        assert (await client.head(f"/{bucket}")).status_code == 200
         for _ in range(2):
             slow = await client.head(obj)
             assert slow.status_code == 503
@@ -166,53 +165,53 @@ async def test_http_rule_answers_object_heads_locally_only_the_first_n_times(
         ok = await client.head(obj)
         assert (ok.status_code, ok.headers["content-length"]) == (200, "3")
         assert (await client.get(obj)).content == b"abc"
-        assert (await client.head(f"/{fault_bucket}/{key()}")).status_code == 404
+        assert (await client.head(f"/{bucket}/{key()}")).status_code == 404
     assert rule.hits == 2 and s3_proxy.connections == 1
     assert [r.method for r in s3_proxy.seen] == ["HEAD"] * 4 + ["GET", "HEAD"]
 
 
 @pytest.mark.parametrize("status", [500, 403])
 async def test_http_rule_answers_get_with_an_s3_error_body_and_keeps_the_connection(
-        s3_server: S3Server, s3_proxy: FaultProxy, fault_bucket: str, status: int) -> None:
+        s3_server: S3Server, s3_proxy: FaultProxy, bucket: str, status: int) -> None:
     """A local answer to a GET has an S3-style XML body; the connection stays usable."""
     name = key()
-    s3_server.put_object(fault_bucket, name, b"body", "audio/ogg")
+    s3_server.put_object(bucket, name, b"body", "audio/ogg")
     s3_proxy.rules.append(HttpRule(s3_object("GET", keys={name}), status=status, times=1))
     async with s3_client(s3_server, s3_proxy.url) as client:
-        failed = await client.get(f"/{fault_bucket}/{name}")
+        failed = await client.get(f"/{bucket}/{name}")
         assert failed.status_code == status and b"<Error><Code>" in failed.content
-        assert (await client.get(f"/{fault_bucket}/{name}")).content == b"body"
+        assert (await client.get(f"/{bucket}/{name}")).content == b"body"
     assert s3_proxy.connections == 1
 
 
 async def test_http_request_bodies_are_forwarded(
-        s3_server: S3Server, s3_proxy: FaultProxy, fault_bucket: str) -> None:
+        s3_server: S3Server, s3_proxy: FaultProxy, bucket: str) -> None:
     """A PUT with a Content-Length body goes through the proxy intact."""
     name = key()
     async with s3_client(s3_server, s3_proxy.url) as client:
-        put = await client.put(f"/{fault_bucket}/{name}", content=b"z" * 70_000,
+        put = await client.put(f"/{bucket}/{name}", content=b"z" * 70_000,
                                headers={"Content-Type": "audio/ogg"})
         assert put.status_code == 200
-    assert s3_server.head_object(fault_bucket, name)["content-length"] == "70000"
+    assert s3_server.head_object(bucket, name)["content-length"] == "70000"
 
 
 async def test_http_reset_mid_response_is_a_read_error_for_httpx(
-        s3_server: S3Server, s3_proxy: FaultProxy, fault_bucket: str) -> None:
+        s3_server: S3Server, s3_proxy: FaultProxy, bucket: str) -> None:
     """reset_after on one request: httpx sees the RST as ReadError; the next request works."""
     s3_proxy.rules.append(HttpRule(s3_object("HEAD"), reset_after=12, times=1))
     async with s3_client(s3_server, s3_proxy.url) as client:
         with pytest.raises(httpx.ReadError):
-            await client.head(f"/{fault_bucket}/{key()}")
-        assert (await client.head(f"/{fault_bucket}/{key()}")).status_code == 404
+            await client.head(f"/{bucket}/{key()}")
+        assert (await client.head(f"/{bucket}/{key()}")).status_code == 404
     assert s3_proxy.connections == 2
 
 
 async def test_http_latency_rule_makes_httpx_time_out(
-        s3_server: S3Server, s3_proxy: FaultProxy, fault_bucket: str) -> None:
+        s3_server: S3Server, s3_proxy: FaultProxy, bucket: str) -> None:
     """A per-request delay beyond the client's timeout is a ReadTimeout; the bucket HEAD
     (not matched) is not delayed."""
     s3_proxy.rules.append(HttpRule(s3_object("HEAD"), latency=1.0))
     async with s3_client(s3_server, s3_proxy.url, timeout=0.3) as client:
-        assert (await client.head(f"/{fault_bucket}")).status_code == 200
+        assert (await client.head(f"/{bucket}")).status_code == 200
         with pytest.raises(httpx.ReadTimeout):
-            await client.head(f"/{fault_bucket}/{key()}")
+            await client.head(f"/{bucket}/{key()}")

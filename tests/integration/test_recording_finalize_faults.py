@@ -23,7 +23,6 @@ from tests.faults import (
     SLOW_DOWN,
     FaultProxy,
     HttpRule,
-    fault_bucket_fixture,  # noqa: F401
     put_recordings,
     s3_object,
     s3_proxy_fixture,  # noqa: F401
@@ -58,10 +57,10 @@ def clean_health() -> Iterator[None]:
     HEALTH.clear_fault("s3")
 
 
-def proxied(db_dsn: str, s3_server: S3Server, fault_bucket: str, proxy: FaultProxy, *,
+def proxied(db_dsn: str, s3_server: S3Server, bucket: str, proxy: FaultProxy, *,
             s3: dict[str, Any] | None = None, **finalize: Any) -> Config:
     """The test config with object storage reached through *proxy*."""
-    return make_config(db_dsn, s3_server=s3_server, bucket=fault_bucket,
+    return make_config(db_dsn, s3_server=s3_server, bucket=bucket,
                        s3={"endpoint_url": proxy.url, **(s3 or {})},
                        jobs={"recording_finalize": finalize})
 
@@ -91,15 +90,15 @@ def make_due(conn: psycopg.Connection, attempt_id: str | None) -> None:
 
 
 async def test_slow_down_backs_off_then_the_next_cycle_reconciles(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """Object HEAD answers 503 SlowDown: the row stays Pending with attempts+1,
     next_attempt_at = AsOf + min(cap, base·factor^(attempts-1)) ± jitter and last_error
     ``s3:http_503_SlowDown``; once S3 is healthy the next (due) cycle reconciles it."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy)
     rf = cfg.jobs.recording_finalize
     rec = insert_recording(conn, session_id=insert_call_session(conn), attempts=2)
-    upload_recording(s3_server, rec.id, bucket=fault_bucket)
+    upload_recording(s3_server, rec.id, bucket=bucket)
     slow_down = HttpRule(s3_object("HEAD"), status=503, headers=SLOW_DOWN)
     s3_proxy.rules.append(slow_down)
     before_cycle = db_now(conn)
@@ -116,7 +115,7 @@ async def test_slow_down_backs_off_then_the_next_cycle_reconciles(
     latest = row["updated_at"] + dt.timedelta(seconds=delay * (1 + rf.backoff_jitter))
     assert earliest <= row["next_attempt_at"] <= latest
     assert slow_down.hits == 1
-    assert (s3_proxy.seen[0].method, s3_proxy.seen[0].path) == ("HEAD", f"/{fault_bucket}")
+    assert (s3_proxy.seen[0].method, s3_proxy.seen[0].path) == ("HEAD", f"/{bucket}")
     assert recording(conn, rec.id)["status"] == "Uploading"
 
     s3_proxy.rules.clear()
@@ -141,13 +140,13 @@ async def test_slow_down_backs_off_then_the_next_cycle_reconciles(
                  id="reset_before_response"),
 ])
 async def test_transient_faults_keep_the_row_pending_with_their_class(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy, fault: HttpRule, last_error: str) -> None:
     """500, a HEAD slower than ``s3.timeout``, no answer, an RST mid-response: each is
     transient, recorded as the class httpx really raises; the binary is not adopted."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, s3={"timeout": "400ms"})
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, s3={"timeout": "400ms"})
     rec = insert_recording(conn, session_id=insert_call_session(conn))
-    upload_recording(s3_server, rec.id, bucket=fault_bucket)
+    upload_recording(s3_server, rec.id, bucket=bucket)
     s3_proxy.rules.append(fault)
 
     counts = await run_cycle(cfg)
@@ -163,16 +162,16 @@ async def test_transient_faults_keep_the_row_pending_with_their_class(
 
 
 async def test_transient_failure_of_the_last_attempt_quarantines_until_requeued(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """At attempts = max_attempts-1 a transient failure quarantines the row (counted, with
     last_error); later cycles leave it alone even with S3 healthy, until the runbook's
     re-enqueue, after which it is reconciled."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy)
     max_attempts = cfg.jobs.recording_finalize.max_attempts
     rec = insert_recording(conn, session_id=insert_call_session(conn),
                            attempts=max_attempts - 1)
-    upload_recording(s3_server, rec.id, bucket=fault_bucket)
+    upload_recording(s3_server, rec.id, bucket=bucket)
     s3_proxy.rules.append(HttpRule(s3_object("HEAD"), status=500))
 
     counts = await run_cycle(cfg)
@@ -206,13 +205,13 @@ async def test_transient_failure_of_the_last_attempt_quarantines_until_requeued(
 
 
 async def test_breaker_stops_claiming_after_k_consecutive_transient_heads(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """Every object HEAD fails (the bucket HEAD passes): after breaker_threshold (5)
     consecutive transient outcomes the cycle stops claiming. With batch_size 5 and 50 due
     rows only the first batch(es) used an attempt; the rest are untouched; the breaker
     gauge is 1."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, batch_size=5)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, batch_size=5)
     ids = stuck_recordings(conn, 50)
     before = attempts_by_recording(conn)
     failing = HttpRule(s3_object("HEAD"), status=503, headers=SLOW_DOWN)
@@ -233,16 +232,16 @@ async def test_breaker_stops_claiming_after_k_consecutive_transient_heads(
 
 
 async def test_long_outage_with_s3_down_quarantines_nothing_then_recovers(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """Many cycles (each after the rows' short back-off has elapsed) while object storage
     refuses connections: no attempt is consumed, nothing is quarantined, and republishing
     (which needs no S3) still happens; after recovery every recording is finalised —
     Available where the binary exists, Failed/Timeout where it does not."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, batch_size=5, **FAST_BACKOFF)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, batch_size=5, **FAST_BACKOFF)
     ids = stuck_recordings(conn, 15)
     with_binary = ids[:10]
-    await put_recordings(s3_server, fault_bucket, with_binary)
+    await put_recordings(s3_server, bucket, with_binary)
     sid = insert_call_session(conn)
     unpublished = [insert_recording(conn, session_id=sid, status="Available").id
                    for _ in range(3)]
@@ -275,15 +274,15 @@ async def test_long_outage_with_s3_down_quarantines_nothing_then_recovers(
     "that never got a HEAD, and do not quarantine on transient outcomes while the "
     "breaker is open."))
 async def test_long_partial_outage_quarantines_nothing(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """Object storage answers the bucket HEAD but 503 to every object HEAD for many
     cycles (a SlowDown storm / volume servers down): no row may be quarantined, and after
     recovery everything is finalised."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, batch_size=5, **FAST_BACKOFF)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, batch_size=5, **FAST_BACKOFF)
     ids = stuck_recordings(conn, 15)
     with_binary = ids[:10]
-    await put_recordings(s3_server, fault_bucket, with_binary)
+    await put_recordings(s3_server, bucket, with_binary)
     s3_proxy.rules.append(HttpRule(s3_object("HEAD"), status=503, headers=SLOW_DOWN))
 
     for _ in range(12):
@@ -325,12 +324,12 @@ def assert_finalised(conn: psycopg.Connection, ids: list[str], with_binary: set[
 
 @pytest.mark.usefixtures("clean_health")
 async def test_access_denied_on_object_head_gives_the_batch_back_untouched(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """403 on object HEADs (the bucket HEAD passes) is a configuration fault: every claimed
     row is given back exactly as it was (attempts, next_attempt_at), the rest of the
     backlog is not consumed, and readiness names the fault."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, batch_size=5)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, batch_size=5)
     ids = stuck_recordings(conn, 12, attempts=3)
     before = attempts_by_recording(conn)
     denied = HttpRule(s3_object("HEAD"), status=403)
@@ -353,16 +352,16 @@ async def test_access_denied_on_object_head_gives_the_batch_back_untouched(
 
 
 async def test_two_parallel_runners_finalise_each_recording_exactly_once(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
     """Two cycles at once (failover lag; each with its own pool and S3 client) over 200 due
     rows, 70% with a binary: skip-locked and the status guard make every recording
     transition once, with exactly one outbox row per Available recording and one realtime
     row per recording; every finalize row was claimed by exactly one runner."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, batch_size=20)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, batch_size=20)
     ids = stuck_recordings(conn, 200)
     with_binary = set(ids[:140])
-    await put_recordings(s3_server, fault_bucket, with_binary)
+    await put_recordings(s3_server, bucket, with_binary)
     s3_proxy.rules.append(HttpRule(s3_object("HEAD"), latency=0.02))  # interleave them
     results = []
 
@@ -391,15 +390,15 @@ async def test_two_parallel_runners_finalise_each_recording_exactly_once(
 
 @pytest.mark.parametrize("deadline", [0.01, 0.1, 0.25, 0.45])
 async def test_cancelled_cycle_leaves_every_recording_whole_or_untouched(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, fault_bucket: str,
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy, deadline: float) -> None:
     """A cycle cancelled while HEADs are slow: every recording is either fully finalised
     (terminal status, its outbox/realtime rows, finalize row Done) or untouched except the
     claim's attempts/next_attempt_at — never half; a later cycle finishes the rest."""
-    cfg = proxied(db_dsn, s3_server, fault_bucket, s3_proxy, batch_size=10, **FAST_BACKOFF)
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, batch_size=10, **FAST_BACKOFF)
     ids = stuck_recordings(conn, 40)
     with_binary = set(ids[:28])
-    await put_recordings(s3_server, fault_bucket, with_binary)
+    await put_recordings(s3_server, bucket, with_binary)
     before = attempts_by_recording(conn)
     s3_proxy.rules.append(HttpRule(s3_object("HEAD"), latency=0.1))  # >= 0.5 s in all
 

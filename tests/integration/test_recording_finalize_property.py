@@ -20,7 +20,6 @@ from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,
     HttpRule,
-    fault_bucket_fixture,  # noqa: F401
     open_fault_proxy,
     put_recordings,
     s3_object,
@@ -130,7 +129,7 @@ def make_all_due(conn: psycopg.Connection) -> None:
 @given(rows=ROWS)
 async def test_job_converges_after_transient_faults(
         rows: list[Row], db_dsn: str, conn: psycopg.Connection, s3_server: S3Server,
-        fault_bucket: str) -> None:
+        bucket: str) -> None:
     """After one cycle with transient HEAD faults and further cycles with S3 healthy: every
     row whose session ended long ago is Done or Quarantined (quarantined only for bad
     metadata, a missing recording, or a transient failure of its last attempt) and its
@@ -139,11 +138,11 @@ async def test_job_converges_after_transient_faults(
     Failed recording has a binary in S3."""
     prefix = f"prop-{uuid.uuid4().hex[:8]}/"
     ids = seed(conn, rows)
-    await upload(s3_server, fault_bucket, prefix, rows, ids)
+    await upload(s3_server, bucket, prefix, rows, ids)
     endpoint = urlsplit(s3_server.endpoint_url)
     assert endpoint.hostname is not None and endpoint.port is not None
     async with open_fault_proxy(endpoint.hostname, endpoint.port, http=True) as proxy:
-        cfg: Config = make_config(db_dsn, s3_server=s3_server, bucket=fault_bucket,
+        cfg: Config = make_config(db_dsn, s3_server=s3_server, bucket=bucket,
                                   s3={"endpoint_url": proxy.url, "key_prefix": prefix})
         max_attempts = cfg.jobs.recording_finalize.max_attempts
         for kind, rule in FAULTS.items():
@@ -182,4 +181,4 @@ async def test_job_converges_after_transient_faults(
         assert len(outbox_rows(conn, str(available["id"]))) == 1
     for failed in fetch(conn, "SELECT id FROM messenger.call_recordings WHERE status = 'Failed'"):
         with pytest.raises(DevStackError, match="404"):
-            s3_server.head_object(fault_bucket, f"{prefix}{failed['id']}")
+            s3_server.head_object(bucket, f"{prefix}{failed['id']}")
