@@ -24,7 +24,7 @@ import psycopg
 import structlog
 import trio
 
-from actors.finalize_messages import RecordingMissing, RowOutcome, Terminal
+from actors.finalize_messages import NotAttempted, RecordingMissing, RowOutcome, Terminal
 from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import (
     fail_timeout,
@@ -116,6 +116,9 @@ async def _commit(db: Database, cfg: RecordingFinalizeConfig, job_run_id: str,
     elif isinstance(decision, Fault):
         await db.atomic(unclaim, row)
         counts.config_fault += 1
+    elif isinstance(decision, NotAttempted):
+        await db.atomic(unclaim, row)
+        counts.deferred += 1
 
 
 def _quarantined(counts: FinalizeCounts, outcome: RowOutcome, reason: str) -> None:

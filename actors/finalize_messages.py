@@ -40,7 +40,15 @@ class RecordingMissing:
     """The finalize row points at no recording: poison."""
 
 
-Decision: TypeAlias = Found | Missing | Transient | Fault | Poison | Terminal | RecordingMissing
+@attrs.frozen
+class NotAttempted:
+    """The breaker opened before this row's HEAD was sent: give the row back untouched."""
+
+    reason: str
+
+
+Decision: TypeAlias = (Found | Missing | Transient | Fault | Poison | Terminal | RecordingMissing
+                       | NotAttempted)
 
 
 @attrs.frozen

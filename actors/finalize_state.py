@@ -20,6 +20,7 @@ class FinalizeCounts:
     duration_ms: int = 0
     rescheduled: int = 0  # session not ended / SLA not passed: not an attempt
     config_fault: int = 0  # rows given back untouched because of a configuration fault
+    deferred: int = 0  # rows given back untouched because the outage breaker opened
 
     def as_json(self) -> dict[str, int]:
         return attrs.asdict(self)

@@ -4,7 +4,7 @@
 
 Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
-    probe bucket ──fault──▶ readiness 503, alert, claim nothing, consume nothing
+    probe bucket + object path ──fault──▶ readiness 503, alert, claim nothing
          │ transient ─▶ breaker open: claim only rows that need no HEAD
          ▼
     claimer ──ClaimedRow──▶ S3 reconciler pool (s3.concurrency) ──RowOutcome──▶ committers
@@ -79,7 +79,7 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
     try:
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
-        probe = await job.store.head_bucket()
+        probe = await job.store.probe()
         breaker = Breaker(job.breaker_threshold)
         if isinstance(probe, Fault):
             HEALTH.set_fault("s3", probe.error)

@@ -5,9 +5,10 @@ channel) — Found / Missing / Transient / Fault / Poison, per SPEC §3. No row 
 transaction is held while the request is on the network. ``s3.concurrency`` workers share
 one receive channel. Restart type: none — the pool lives for one cycle.
 
-Once the breaker is open no further requests are made: remaining rows are reported
-transient (``s3_breaker_open``: they keep the attempt they were claimed with) or, after a
-configuration fault, as that fault (given back untouched).
+Once the breaker is open no further requests are made: the remaining rows were never
+attempted, so they are given back untouched (attempts and next_attempt_at as before the
+claim), as after a configuration fault. Only rows whose HEAD really failed keep the
+attempt they were claimed with.
 
 What cancellation does: a HEAD in flight is abandoned; its row stays Pending with the
 attempt pre-incremented at claim and is retried after its back-off.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import structlog
 import trio
 
-from actors.finalize_messages import ClaimedRow, RowOutcome
+from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome
 from actors.finalize_state import Breaker
 from supervision.objectstore import Fault, HeadOutcome, ObjectStore, Transient
 
@@ -33,11 +34,11 @@ async def serve_s3_reconciler(
     """One worker of the pool: runs until *inbox* is closed and drained."""
     async with outbox:
         async for row in inbox:
-            outcome: HeadOutcome
+            outcome: HeadOutcome | NotAttempted
             if breaker.fault is not None:
                 outcome = Fault(breaker.fault)
             elif breaker.open:
-                outcome = Transient("s3_breaker_open")
+                outcome = NotAttempted("s3_breaker_open")
             else:
                 outcome = await store.head_recording(row.recording_id)
                 if isinstance(outcome, Fault):

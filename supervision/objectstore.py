@@ -32,6 +32,7 @@ FORMATS = {
     "audio/ogg": "Ogg",
 }
 DURATION_HEADER = "x-amz-meta-duration-seconds"
+CANARY = "__safetynet_probe__"  # a key no recording can have (recording ids are UUIDs)
 
 
 @attrs.frozen
@@ -130,6 +131,28 @@ class ObjectStore:
         except httpx.TransportError as exc:
             return Transient(type(exc).__name__)
         return classify_bucket(response)
+
+    async def head_canary(self) -> Found | Transient | Fault:
+        """HEAD a key under the recordings prefix that never exists: 404 (or 200) means the
+        object path works; 5xx/429/timeouts mean it does not, even when HEAD bucket is
+        fine (a SlowDown storm, volume servers down)."""
+        url = f"{self._base}/{quote(self._cfg.bucket)}/{quote(self.key_for(CANARY))}"
+        try:
+            response = await self._client.head(url)
+        except httpx.TransportError as exc:
+            return Transient(type(exc).__name__)
+        if response.status_code in (200, 404):
+            return Found("", 0, "", 0)
+        outcome = _classify_error(response.status_code, response.headers)
+        assert isinstance(outcome, Transient | Fault)
+        return outcome
+
+    async def probe(self) -> Found | Transient | Fault:
+        """The cycle's health check: the bucket, then the object path."""
+        bucket = await self.head_bucket()
+        if not isinstance(bucket, Found):
+            return bucket
+        return await self.head_canary()
 
     async def head_recording(self, recording_id: str) -> HeadOutcome:
         key = self.key_for(recording_id)

@@ -73,7 +73,7 @@ async def _plan_finalize(cfg: Config, dsn: str, limit: int) -> list[PlanItem]:
         "sla": rf.finalize_sla_timeout, "topic": TOPIC_RECORDING_AVAILABLE, "limit": limit})
     items = []
     async with open_object_store(cfg.s3) as store:
-        probe = await store.head_bucket()
+        probe = await store.probe()
         for row in rows:
             rid, phase = str(row["recording_id"]), row["phase"]
             if phase == "poison":

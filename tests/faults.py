@@ -43,6 +43,7 @@ import attrs
 import httpx
 import httpx_auth
 import pytest
+import stamina
 import trio
 
 from supervision.devstack import S3Server
@@ -413,6 +414,11 @@ async def put_recordings(s3: S3Server, bucket: str, recording_ids: Collection[st
         headers["x-amz-meta-duration-seconds"] = duration
     limiter = trio.CapacityLimiter(8)
 
+    def server_error(exc: Exception) -> bool:
+        return isinstance(exc, httpx.HTTPStatusError) and exc.response.is_server_error
+
+    # SeaweedFS answers 500 "please try again" while it grows a volume: retry that
+    @stamina.retry(on=server_error, attempts=4, wait_initial=0.2)
     async def put(client: httpx.AsyncClient, rid: str) -> None:
         async with limiter:
             response = await client.put(f"/{bucket}/{prefix}{rid}", content=body,
