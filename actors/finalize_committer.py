@@ -1,32 +1,44 @@
-"""The finalize committer: applies each row's outcome in its own transaction.
+"""The finalize committer: applies each row's outcome as its own transaction.
 
 Inputs: :class:`RowOutcome` messages (receive channel). Outputs: the row's transition,
-its finalize row, its integration and realtime outbox rows — one transaction per row,
-under the status guard, so each row commits whole or not at all — plus counts, metrics,
-the seed's log events, and a wake-up of the outbox relay after each enqueued event.
-Restart type: none — it lives for one cycle.
+its finalize row, its integration and realtime outbox rows — one statement (one
+transaction) per row under the status guard, so each row commits whole or not at all —
+plus counts, metrics, the seed's log events, a span per row, and a wake-up of the outbox
+relay after each group that enqueued events. Restart type: none — it lives for one cycle.
+
+It waits for one outcome, then takes whatever else is already queued (up to
+``GROUP``) and applies the group in one thread hop (``Database.atomic_each``): the
+per-row transactions stay separate, the round trips and thread hops are shared.
 
 Malformed data (a value the database rejects) quarantines that row with the reason in a
-separate transaction; the rest of the batch proceeds. Infrastructure errors end the cycle:
+separate statement; the rest of the group proceeds. Infrastructure errors end the cycle:
 uncommitted rows stay Pending and are retried idempotently by the next cycle.
 
-What cancellation does: the row being committed finishes (``Database.atomic`` is a
-must-complete block); outcomes still queued are dropped — their rows keep the attempt
-pre-incremented at claim and come back after their back-off.
+What cancellation does: the group being committed finishes (``atomic_each`` is a
+must-complete block; after a hard stop no further row starts); outcomes still queued are
+dropped — their rows keep the attempt pre-incremented at claim and come back after their
+back-off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import attrs
 import psycopg
 import structlog
 import trio
 
-from actors.finalize_messages import NotAttempted, RecordingMissing, RowOutcome, Terminal
+from actors.finalize_messages import (
+    NotAttempted,
+    RecordingMissing,
+    RowOutcome,
+    Terminal,
+)
 from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import (
+    Applied,
     fail_timeout,
     publish_available,
     quarantine,
@@ -34,7 +46,7 @@ from actors.finalize_store import (
     unclaim,
 )
 from supervision.config import RecordingFinalizeConfig
-from supervision.database import Database
+from supervision.database import Database, DataProblem
 from supervision.metrics import (
     RF_FAILED,
     RF_QUARANTINED,
@@ -42,10 +54,44 @@ from supervision.metrics import (
     RF_REPUBLISHED,
     RF_TRANSIENT,
 )
-from supervision.objectstore import Fault, Found, Missing, Poison, Transient
+from supervision.objectstore import Found, Missing, Poison, Transient
 from supervision.tracing import span
 
 log = structlog.get_logger("finalize_committer")
+
+GROUP = 32
+
+
+@attrs.frozen
+class Effect:
+    """What one row's statement did."""
+
+    kind: str  # available | failed | transient | quarantined | unclaimed | deferred
+    applied: Applied | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
+def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str,
+                  max_attempts: int) -> Effect:
+    """One row's outcome as one statement (runs in a worker thread)."""
+    row, decision = outcome.row, outcome.decision
+    if isinstance(decision, Found | Terminal):
+        found = None if isinstance(decision, Terminal) else attrs.asdict(decision)
+        return Effect("available", applied=publish_available(conn, row, job_run_id, found))
+    if isinstance(decision, Missing):
+        return Effect("failed", applied=fail_timeout(conn, row))
+    if isinstance(decision, Transient):
+        reason = f"s3:{decision.error}"
+        return Effect("transient", status=record_transient(conn, row, reason, max_attempts),
+                      reason=reason)
+    if isinstance(decision, Poison | RecordingMissing):
+        reason = ("recording_missing" if isinstance(decision, RecordingMissing)
+                  else f"object:{decision.error}")
+        done = quarantine(conn, row, reason)
+        return Effect("quarantined", status="Quarantined" if done else None, reason=reason)
+    unclaim(conn, row)
+    return Effect("deferred" if isinstance(decision, NotAttempted) else "unclaimed")
 
 
 async def serve_finalize_committer(
@@ -53,76 +99,83 @@ async def serve_finalize_committer(
     inbox: trio.MemoryReceiveChannel[RowOutcome], wake_relay: Callable[[], None],
 ) -> None:
     """Commit outcomes until *inbox* is closed and drained."""
-    async for outcome in inbox:
-        row = outcome.row
-        try:
-            with span("recording-finalize.row", recording_id=row.recording_id,
-                      phase=row.phase, attempts=row.attempts, tenant_id=row.tenant_id,
-                      decision=type(outcome.decision).__name__):
-                await _commit(db, cfg, job_run_id, counts, outcome, wake_relay)
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
-            reason = f"malformed:{type(exc).__name__}"
+    apply = partial(apply_outcome, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
+    async for first in inbox:
+        group = [first]
+        while len(group) < GROUP:
+            try:
+                group.append(inbox.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        results = await db.atomic_each(apply, group)
+        malformed = []
+        for outcome, result in zip(group, results, strict=True):
+            if isinstance(result, DataProblem):
+                malformed.append((outcome, f"malformed:{result.error}"))
+            else:
+                _account(counts, outcome, result)
+        if any(isinstance(r, Effect) and r.applied is not None and r.applied.enqueued
+               for r in results):
+            wake_relay()
+        for outcome, reason in malformed:
             log.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
             if await db.atomic(quarantine, outcome.row, reason):
-                _quarantined(counts, outcome, reason)
+                _account(counts, outcome, Effect("quarantined", status="Quarantined",
+                                                 reason=reason))
 
 
-async def _commit(db: Database, cfg: RecordingFinalizeConfig, job_run_id: str,
-                  counts: FinalizeCounts, outcome: RowOutcome,
-                  wake_relay: Callable[[], None]) -> None:
-    row, decision = outcome.row, outcome.decision
-    if isinstance(decision, Found | Terminal):
-        found = None if isinstance(decision, Terminal) else {
-            k: v for k, v in attrs.asdict(decision).items()}
-        applied = await db.atomic(publish_available, row, job_run_id, found)
-        if applied.enqueued:
-            wake_relay()
-        if applied.transitioned:
-            counts.reconciled += 1
-            RF_RECONCILED.inc()
-            log.info("recording_reconciled", recording_id=row.recording_id,
-                     session_id=row.session_id, file_id=found and found["file_id"],
-                     attempts=row.attempts)
-        elif applied.enqueued:
-            counts.republished += 1
-            RF_REPUBLISHED.inc()
-            log.info("recording_republished", recording_id=row.recording_id)
-        elif applied.closed:
-            log.info("recording_already_terminal", recording_id=row.recording_id)
-    elif isinstance(decision, Missing):
-        applied = await db.atomic(fail_timeout, row)
-        if applied.transitioned:
-            counts.failed += 1
-            RF_FAILED.inc()
-            log.warning("recording_failed", recording_id=row.recording_id,
-                        failure_reason="Timeout", attempts=row.attempts)
-        elif applied.closed:
-            log.info("recording_already_terminal", recording_id=row.recording_id)
-    elif isinstance(decision, Transient):
-        status = await db.atomic(record_transient, row, f"s3:{decision.error}",
-                                 cfg.max_attempts)
-        RF_TRANSIENT.inc()
-        if status == "Quarantined":
-            _quarantined(counts, outcome, f"s3:{decision.error}")
-        elif status == "Pending":
-            counts.transient += 1
-            log.info("recording_retry_scheduled", recording_id=row.recording_id,
-                     attempts=row.attempts, error=f"s3:{decision.error}")
-    elif isinstance(decision, Poison | RecordingMissing):
-        reason = "recording_missing" if isinstance(decision, RecordingMissing) else (
-            f"object:{decision.error}")
-        if await db.atomic(quarantine, row, reason):
-            _quarantined(counts, outcome, reason)
-    elif isinstance(decision, Fault):
-        await db.atomic(unclaim, row)
-        counts.config_fault += 1
-    elif isinstance(decision, NotAttempted):
-        await db.atomic(unclaim, row)
-        counts.deferred += 1
+def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> None:
+    """Counts, metrics, the seed's log event and a span for one committed row."""
+    row = outcome.row
+    with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
+              attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind,
+              decision=type(outcome.decision).__name__):
+        applied = effect.applied
+        if effect.kind == "available" and applied is not None:
+            if applied.transitioned:
+                counts.reconciled += 1
+                RF_RECONCILED.inc()
+                decision = outcome.decision
+                log.info("recording_reconciled", recording_id=row.recording_id,
+                         session_id=row.session_id, attempts=row.attempts,
+                         file_id=decision.file_id if isinstance(decision, Found) else None)
+            elif applied.enqueued:
+                counts.republished += 1
+                RF_REPUBLISHED.inc()
+                log.info("recording_republished", recording_id=row.recording_id)
+            elif applied.closed:
+                log.info("recording_already_terminal", recording_id=row.recording_id)
+        elif effect.kind == "failed" and applied is not None:
+            if applied.transitioned:
+                counts.failed += 1
+                RF_FAILED.inc()
+                log.warning("recording_failed", recording_id=row.recording_id,
+                            failure_reason="Timeout", attempts=row.attempts)
+            elif applied.closed:
+                log.info("recording_already_terminal", recording_id=row.recording_id)
+        elif effect.kind == "transient":
+            RF_TRANSIENT.inc()
+            if effect.status == "Quarantined":
+                _quarantined(counts, row.recording_id, row.attempts, effect.reason)
+            elif effect.status == "Pending":
+                counts.transient += 1
+                log.info("recording_retry_scheduled", recording_id=row.recording_id,
+                         attempts=row.attempts, error=effect.reason)
+        elif effect.kind == "quarantined":
+            if effect.status == "Quarantined":
+                _quarantined(counts, row.recording_id, row.attempts, effect.reason)
+        elif effect.kind == "deferred":
+            counts.deferred += 1
+        elif effect.kind == "unclaimed":
+            counts.config_fault += 1
+        else:  # pragma: no cover - every kind is handled above
+            raise AssertionError(effect.kind)
 
 
-def _quarantined(counts: FinalizeCounts, outcome: RowOutcome, reason: str) -> None:
+def _quarantined(counts: FinalizeCounts, recording_id: str, attempts: int,
+                 reason: str | None) -> None:
     counts.quarantined += 1
     RF_QUARANTINED.inc()
-    log.error("recording_quarantined", recording_id=outcome.row.recording_id,
-              attempts=outcome.row.attempts, reason=reason)
+    log.error("recording_quarantined", recording_id=recording_id, attempts=attempts,
+              reason=reason)
+

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Concatenate, ParamSpec, TypeVar
 
+import attrs
 import psycopg
 import psycopg_pool
 import trio
@@ -34,7 +37,15 @@ from supervision.shielding import WorkAbandoned, current_guard, must_complete
 
 P = ParamSpec("P")
 T = TypeVar("T")
+Item = TypeVar("Item")
 Work = Callable[Concatenate[psycopg.Connection, P], T]
+
+
+@attrs.frozen
+class DataProblem:
+    """The database rejected one item's data (a value out of range, a constraint)."""
+
+    error: str
 
 
 class _InFlight:
@@ -56,14 +67,32 @@ def _cancel_quietly(conn: psycopg.Connection) -> None:
         conn.cancel_safe(timeout=5.0)
 
 
+class _IdleCheck:
+    """Check a pooled connection on checkout only when it sat idle for a while: a busy
+    connection has just proven itself, and a check is a full round trip."""
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+        self._returned: weakref.WeakKeyDictionary[psycopg.Connection, float] = (
+            weakref.WeakKeyDictionary())
+
+    def check(self, conn: psycopg.Connection) -> None:
+        if time.monotonic() - self._returned.get(conn, 0.0) > self.after_s:
+            psycopg_pool.ConnectionPool.check_connection(conn)
+
+    def returned(self, conn: psycopg.Connection) -> None:
+        self._returned[conn] = time.monotonic()
+
+
 class Database:
     """A small pool of synchronous connections driven from Trio worker threads."""
 
     def __init__(self, dsn: str, *, size: int = 4, name: str = "safetynet",
                  connect_timeout: float = 5.0) -> None:
+        idle = _IdleCheck(after_s=2.0)
         self._pool = psycopg_pool.ConnectionPool(
             dsn, min_size=1, max_size=size, open=False, name=name, timeout=connect_timeout,
-            check=psycopg_pool.ConnectionPool.check_connection,
+            check=idle.check, reset=idle.returned,
             kwargs={"autocommit": True, "application_name": name,
                     "connect_timeout": max(1, int(connect_timeout))},
         )
@@ -79,14 +108,41 @@ class Database:
     async def atomic(self, fn: Work[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(conn, *args)`` as one transaction that commits whole or not at all."""
         async with must_complete():
-            return await self._call(fn, True, *args, **kwargs)
+            return await self._call(_in_transaction(fn, *args, **kwargs), shielded=True)
+
+    async def atomic_each(self, fn: Callable[[psycopg.Connection, Item], T],
+                          items: Sequence[Item]) -> list[T | DataProblem]:
+        """``fn(conn, item)`` for each item, each its own transaction, in one thread hop.
+
+        *fn* must issue exactly one statement: it runs in autocommit, where a statement is
+        a transaction of its own (no BEGIN/COMMIT round trips), so each item commits whole
+        or not at all. An item whose data the database rejects yields its
+        :class:`DataProblem` and the others go on; a connection failure raises
+        :class:`InfrastructureError` (items before it are committed, the rest are not).
+        What cancellation does: as :meth:`atomic`, per item — after a hard stop no further
+        item starts.
+        """
+
+        def each(conn: psycopg.Connection, in_flight: _InFlight) -> list[T | DataProblem]:
+            results: list[T | DataProblem] = []
+            for item in items:
+                if in_flight.aborted:
+                    raise WorkAbandoned()
+                try:
+                    results.append(fn(conn, item))
+                except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                    results.append(DataProblem(type(exc).__name__))
+            return results
+
+        async with must_complete():
+            return await self._call(each, shielded=True)
 
     async def run(self, fn: Work[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Like :meth:`atomic` but cancellable at once (for reads and idempotent writes)."""
-        return await self._call(fn, False, *args, **kwargs)
+        return await self._call(_in_transaction(fn, *args, **kwargs), shielded=False)
 
-    async def _call(self, fn: Work[P, T], shielded: bool, *args: P.args,
-                    **kwargs: P.kwargs) -> T:
+    async def _call(self, unit: Callable[[psycopg.Connection, _InFlight], T],
+                    shielded: bool) -> T:
         in_flight = _InFlight()
 
         def work() -> T:
@@ -94,11 +150,7 @@ class Database:
                 with self._pool.connection() as conn:
                     in_flight.conn = conn
                     try:
-                        with conn.transaction():
-                            result = fn(conn, *args, **kwargs)
-                            if in_flight.aborted:  # a cancel request may land between
-                                raise WorkAbandoned()  # statements: never commit then
-                            return result
+                        return unit(conn, in_flight)
                     finally:
                         in_flight.conn = None
             except (psycopg.OperationalError, psycopg.InterfaceError,
@@ -119,6 +171,18 @@ class Database:
             except trio.Cancelled:
                 in_flight.abort()
                 raise
+
+
+def _in_transaction(fn: Work[P, T], *args: P.args, **kwargs: P.kwargs
+                    ) -> Callable[[psycopg.Connection, _InFlight], T]:
+    def unit(conn: psycopg.Connection, in_flight: _InFlight) -> T:
+        with conn.transaction():
+            result = fn(conn, *args, **kwargs)
+            if in_flight.aborted:  # a cancel request may land between statements:
+                raise WorkAbandoned()  # never commit then
+            return result
+
+    return unit
 
 
 def _first_line(exc: BaseException) -> str:

@@ -180,11 +180,18 @@ def execute(dsn: str, query: str, *params: Any) -> int:
         return conn.execute(query, params or None).rowcount  # type: ignore[arg-type]
 
 
-def terminate_backends(dsn: str, where: str = "TRUE") -> int:
-    """``pg_terminate_backend`` every other session on the test database (the daemons')."""
-    return int(scalar(dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                           " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                           f" AND backend_type = 'client backend' AND ({where})"))
+def terminate_backends(dsn: str, *, app: str | None = None, pids: list[int] | None = None,
+                       busy: bool = False) -> int:
+    """``pg_terminate_backend`` the other client sessions on the test database (the
+    daemons'), optionally only those of application_name *app*, of *pids*, or those inside
+    a transaction (*busy*); how many were terminated."""
+    return int(scalar(
+        dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+             " AND backend_type = 'client backend'"
+             " AND (%s::text IS NULL OR application_name = %s::text)"
+             " AND (%s::int[] IS NULL OR pid = ANY(%s::int[]))"
+             " AND (NOT %s OR xact_start IS NOT NULL)", app, app, pids, pids, busy))
 
 
 PENDING = ("SELECT count(*) FROM messenger.recording_finalize_attempts"
@@ -220,20 +227,21 @@ def wait_settled(dsn: str, *, relay: bool, limit_s: float, daemons: Daemons | No
 
 def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: int = 0,
          deals: int = 0, uploaded_share: float = 0.7, available_share: float = 0.1,
-         due_in_s: float = 0.0) -> set[str]:
+         spread_s: float = 0.0) -> set[str]:
     """The `safetynet dev` incident: lost callbacks (``uploaded_share`` with the binary,
     ``available_share`` Available but unpublished, the rest without a binary) and orphaned
     conferences (a third per reaper phase; with *deals* > 0 they share that many deal ids,
-    so the conference-ended topic has several events per key). Returns the ids of the
+    so the conference-ended topic has several events per key; finalize rows fall due
+    uniformly over *spread_s* seconds). Returns the ids of the
     recordings whose object is in S3."""
     available = int(recordings * available_share)
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(QUERIES["dev_seed_recordings"],
                             {"n": recordings, "available": available}).fetchall()
-        if due_in_s:
+        if spread_s:  # due over the next spread_s seconds, so faults meet live work
             conn.execute("UPDATE messenger.recording_finalize_attempts"
-                         " SET next_attempt_at = now() + %s * interval '1 second'",
-                         (due_in_s,))
+                         " SET next_attempt_at = now() + random() * %s * interval '1 second'",
+                         (spread_s,))
         if conferences:
             conn.execute(QUERIES["dev_seed_conferences"], {"n": conferences})
         if deals:

@@ -108,7 +108,9 @@ async def _read(bootstrap: str, topics: tuple[str, ...], want: set[str], since: 
                 ledger.entries.append(Entry(
                     m.topic, m.partition, m.offset, m.key.decode() if m.key else None,
                     headers.get("event-id"), json.loads(m.value)))
-            at_end = all(await consumer.position(tp) >= ends[tp] for tp in tps)
+            at_end = True
+            for tp in tps:
+                at_end = at_end and await consumer.position(tp) >= ends[tp]
             if at_end and want <= ledger.event_ids():
                 break
             if at_end and time.monotonic() - idle_since > 1.0:

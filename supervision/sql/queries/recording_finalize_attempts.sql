@@ -20,7 +20,7 @@ WITH candidates AS (
       AND (NOT %(s3_down)s OR EXISTS (
           SELECT 1 FROM messenger.call_recordings r
           WHERE r.id = a.recording_id AND r.status IN ('Available', 'Failed')))
-    ORDER BY a.next_attempt_at, a.id
+    ORDER BY a.next_attempt_at  -- ix_rfa_due order: no sort of the whole backlog
     LIMIT %(batch_size)s
 ),
 due AS (
@@ -31,7 +31,7 @@ due AS (
       AND (NOT %(s3_down)s OR EXISTS (
           SELECT 1 FROM messenger.call_recordings r
           WHERE r.id = a.recording_id AND r.status IN ('Available', 'Failed')))
-    ORDER BY a.next_attempt_at, a.id
+    ORDER BY a.next_attempt_at  -- ix_rfa_due order: no sort of the whole backlog
     LIMIT %(batch_size)s
     FOR UPDATE OF a SKIP LOCKED
 ),

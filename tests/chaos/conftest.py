@@ -1,0 +1,158 @@
+"""Chaos fixtures: daemons stopped (and their logs scanned for secrets) after each test, a
+fault proxy in front of SeaweedFS, and a dedicated Tansu that advertises a fault proxy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+
+from actors.finalize_store import event_id
+from supervision.devstack import KafkaServer, S3Server, free_ports
+from tests.chaos.checker import Limits, Violation, check, summary
+from tests.chaos.daemon import Daemons, ProxyThread, scalar
+from tests.chaos.ledger import Offsets, end_offsets, read_ledger
+from tests.chaos.report import record
+
+# the limits of tests.chaos.daemon.daemon_config, for the checker
+LIMITS = Limits(sla_s=0, max_attempts=8, empty_room_grace_s=5, provision_timeout_s=5,
+                stale_live_timeout_s=60)
+
+
+@pytest.fixture
+def daemons() -> Iterator[Daemons]:
+    group = Daemons()
+    try:
+        yield group
+    finally:
+        group.stop_all()
+    assert group.leaks() == [], "a daemon logged a secret"
+
+
+@pytest.fixture
+def s3_fault(s3_server: S3Server) -> Iterator[ProxyThread]:
+    """An HTTP-mode fault proxy in front of the session's SeaweedFS."""
+    port = int(s3_server.endpoint_url.rsplit(":", 1)[1])
+    proxy = ProxyThread(port, http=True).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@attrs.define
+class ProxiedKafka:
+    server: KafkaServer
+    proxy: ProxyThread
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.proxy.port}"
+
+
+@pytest.fixture(scope="session")
+def proxied_kafka(stack_dir: Path) -> Iterator[ProxiedKafka]:
+    """A Tansu of its own that advertises the fault proxy's port: every client connection
+    (bootstrap and the broker's advertised address) goes through the proxy."""
+    port = free_ports(1)[0]
+    base = stack_dir / "chaos-kafka"
+    base.mkdir(exist_ok=True)
+    server = KafkaServer(base, advertised_port=port)
+    server.start()
+    proxy = ProxyThread(server.port, port=port).start()
+    try:
+        yield ProxiedKafka(server, proxy)
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+@pytest.fixture
+def kafka_via_proxy(proxied_kafka: ProxiedKafka) -> Iterator[ProxiedKafka]:
+    proxied_kafka.proxy.clear()
+    yield proxied_kafka
+    proxied_kafka.proxy.clear()
+
+
+@attrs.define
+class Run:
+    """One scenario's bookkeeping: start time, Kafka offsets, faults counted, figures."""
+
+    name: str
+    dsn: str
+    kafka: str | None = None
+    uploaded: set[str] = attrs.field(factory=set)
+    injected: list[str] = attrs.field(factory=list)
+    faults: int = 0
+    started: float = attrs.field(factory=time.monotonic)
+    since: Offsets | None = None
+
+    def begin_kafka(self, bootstrap: str) -> None:
+        self.kafka = bootstrap
+        self.since = end_offsets(bootstrap)
+
+    def fault(self, what: str, count: int = 1) -> None:
+        self.faults += count
+        if what not in self.injected:
+            self.injected.append(what)
+
+    def verify(self, *, title: str, proves: str, relay: bool = True,
+               limits: Limits = LIMITS, extra_invariants: dict[str, int] | None = None,
+               **extra: Any) -> list[Violation]:
+        """Ledger (if Kafka), checker, figures JSON; returns the violations."""
+        ledger = None
+        if self.kafka is not None:
+            expect = [str(e) for (e,) in _published_event_ids(self.dsn)]
+            ledger = read_ledger(self.kafka, expect=expect, since=self.since, limit_s=60)
+        violations = check(self.dsn, ledger=ledger, uploaded=self.uploaded, limits=limits,
+                           relay=relay)
+        invariants = summary(violations)
+        if ledger is None:
+            for name in ("not_in_ledger", "ledger_inconsistent", "unknown_event", "order"):
+                invariants.pop(name)
+        invariants.update(extra_invariants or {})
+        rows = {name: int(scalar(self.dsn, query)) for name, query in _ROW_FIGURES.items()}
+        if ledger is not None:
+            rows["kafka messages read"] = len(ledger.entries)
+            rows["kafka redeliveries"] = len(ledger.entries) - len(ledger.event_ids())
+        record(self.name, title=title, proves=proves, injected=self.injected, rows=rows,
+               faults=self.faults, invariants=invariants,
+               duration_s=time.monotonic() - self.started, **extra)
+        return violations + [Violation(k, "scenario check", str(v))
+                             for k, v in (extra_invariants or {}).items() if v]
+
+
+def _published_event_ids(dsn: str) -> list[tuple[str]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT topic, dedupe_key FROM messenger.integration_outbox"
+                            " WHERE published_at IS NOT NULL").fetchall()
+    return [(event_id(t, d),) for t, d in rows]
+
+
+_ROW_FIGURES = {
+    "recordings": "SELECT count(*) FROM messenger.call_recordings",
+    "available": "SELECT count(*) FROM messenger.call_recordings WHERE status = 'Available'",
+    "failed": "SELECT count(*) FROM messenger.call_recordings WHERE status = 'Failed'",
+    "quarantined": "SELECT count(*) FROM messenger.recording_finalize_attempts"
+                   " WHERE status = 'Quarantined'",
+    "max attempts used": "SELECT coalesce(max(attempts), 0)"
+                         " FROM messenger.recording_finalize_attempts",
+    "conferences": "SELECT count(*) FROM messenger.conference_sessions",
+    "conferences ended": "SELECT count(*) FROM messenger.conference_sessions"
+                         " WHERE status = 'Ended'",
+    "conferences failed": "SELECT count(*) FROM messenger.conference_sessions"
+                          " WHERE status = 'Failed'",
+    "outbox rows": "SELECT count(*) FROM messenger.integration_outbox",
+    "realtime rows": "SELECT count(*) FROM messenger.realtime_outbox",
+}
+
+
+@pytest.fixture
+def run(request: pytest.FixtureRequest, db_dsn: str) -> Run:
+    name = request.node.name.removeprefix("test_").replace("[", "-").rstrip("]")
+    return Run(name, db_dsn)
