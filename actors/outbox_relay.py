@@ -24,7 +24,6 @@ later with the same ``event-id`` (at least once). Marking is a must-complete tra
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -69,6 +68,7 @@ class RelayState:
     kafka_retry_at: float = 0.0
     row_retry_at: dict[int, float] = attrs.field(factory=dict)
     row_failures: dict[int, int] = attrs.field(factory=dict)
+    retention_due_at: float = 0.0
 
     def backoff(self, failures: int) -> float:
         """Exponential back-off with full jitter in [d/2, d], capped at 30 s."""
@@ -83,6 +83,8 @@ class RelayJob:
     producer: KafkaProducer
     state: RelayState = attrs.field(factory=RelayState)
     max_run_duration: float = 30.0
+    retention_every: float = 300.0  # how often published rows past retention are deleted
+    retention_batch: int = 1000
 
 
 @attrs.frozen
@@ -103,9 +105,10 @@ def claim_batch(conn: psycopg.Connection, batch_size: int) -> list[Row]:
 def _row(rec: dict[str, Any]) -> Row:
     headers = dict(rec["headers"] or {})
     headers.setdefault("event-type", rec["event_type"])
-    headers.setdefault("event-id", event_id(rec["topic"], rec["dedupe_key"]))
+    if "event-id" not in headers:  # writers other than safetynet may leave it out
+        headers["event-id"] = event_id(rec["topic"], rec["dedupe_key"])
     headers.setdefault("content-type", "application/json")
-    value = json.dumps(rec["payload"], separators=(",", ":"), ensure_ascii=False).encode()
+    value = rec["payload"].encode()
     message = OutMessage(
         outbox_id=rec["id"], topic=rec["topic"], key=rec["message_key"].encode(), value=value,
         headers=tuple((k, str(v).encode()) for k, v in headers.items()),
@@ -153,7 +156,30 @@ async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
     with span("outbox-relay.cycle", job_run_id=ctx.job_run_id) as cycle_span:
         counts = await _drain(job)
         cycle_span.set_attributes(counts.as_json())
-        return counts
+    if trio.current_time() >= job.state.retention_due_at:
+        job.state.retention_due_at = trio.current_time() + job.retention_every
+        await apply_retention(job)
+    return counts
+
+
+def delete_published(conn: psycopg.Connection, retention: float, limit: int) -> int:
+    return conn.execute(QUERIES["outbox_delete_published_before"],
+                        {"retention": retention, "limit": limit}).rowcount
+
+
+async def apply_retention(job: RelayJob, max_batches: int = 20) -> int:
+    """Delete published rows older than ``outbox_relay.retention``, a small batch per
+    transaction (short locks, bounded WAL), at most *max_batches* per call."""
+    deleted = 0
+    for _ in range(max_batches):
+        n = await job.db.atomic(delete_published, job.cfg.retention, job.retention_batch)
+        deleted += n
+        if n < job.retention_batch:
+            break
+    if deleted:
+        log.info("outbox_retention_deleted", rows=deleted,
+                 retention_s=job.cfg.retention)
+    return deleted
 
 
 async def _drain(job: RelayJob) -> RelayCounts:
@@ -184,33 +210,42 @@ async def _drain(job: RelayJob) -> RelayCounts:
 
 
 async def _publish(job: RelayJob, plan: list[list[Row]], counts: RelayCounts) -> bool:
-    """Send the waves in order; False when Kafka looks down (stop draining)."""
+    """Send the waves in order, then mark what the broker acknowledged (one transaction
+    per batch); False when Kafka looks down (stop draining)."""
     state = job.state
     blocked: set[tuple[str, str]] = set()
-    for wave in plan:
-        wave = [row for row in wave if (row.topic, row.message_key) not in blocked]
-        if not wave:
-            continue
-        results = await job.producer.send_wave([row.message for row in wave])
-        by_id = {row.id: row for row in wave}
-        acked = [r.outbox_id for r in results if r.ok]
-        if acked:
+    acked: list[int] = []
+    kafka_down = False
+    try:
+        for wave in plan:
+            wave = [row for row in wave if (row.topic, row.message_key) not in blocked]
+            if not wave:
+                continue
+            results = await job.producer.send_wave([row.message for row in wave])
+            by_id = {row.id: row for row in wave}
+            wave_acked = [r.outbox_id for r in results if r.ok]
+            acked.extend(wave_acked)
+            failures = [r for r in results if not r.ok]
+            for result in failures:
+                row = by_id[result.outbox_id]
+                blocked.add((row.topic, row.message_key))
+                await _record_failure(job, row, result)
+                counts.failed += 1
+            transient = [r for r in failures if not r.permanent]
+            if transient and not wave_acked:
+                _kafka_down(state, RuntimeError(transient[0].error or "send failed"))
+                kafka_down = True
+                break
+    finally:
+        if acked:  # only acknowledged rows; also when the waves were cut short
             await job.db.atomic(mark_published, acked)
             counts.published += len(acked)
             OUTBOX_PUBLISHED.inc(len(acked))
             for outbox_id in acked:
                 state.row_retry_at.pop(outbox_id, None)
                 state.row_failures.pop(outbox_id, None)
-        failures = [r for r in results if not r.ok]
-        for result in failures:
-            row = by_id[result.outbox_id]
-            blocked.add((row.topic, row.message_key))
-            await _record_failure(job, row, result)
-            counts.failed += 1
-        transient = [r for r in failures if not r.permanent]
-        if transient and not acked:
-            _kafka_down(state, RuntimeError(transient[0].error or "send failed"))
-            return False
+    if kafka_down:
+        return False
     state.kafka_failures = 0
     return True
 

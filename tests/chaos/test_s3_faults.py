@@ -9,6 +9,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,6 +24,20 @@ from tests.faults import SLOW_DOWN, HttpRequest, HttpRule, s3_object
 pytestmark = pytest.mark.chaos
 
 
+def every_other_object_head() -> Callable[[HttpRequest], bool]:
+    """Every other object HEAD (never five transient answers in a row: the outage breaker
+    stays closed, so the faults reach the per-row retry path)."""
+    is_object_head = s3_object("HEAD")
+    count = [0]
+
+    def match(req: HttpRequest) -> bool:
+        if not is_object_head(req):
+            return False
+        count[0] += 1
+        return count[0] % 2 == 0
+    return match
+
+
 def _hits(proxy: ProxyThread) -> int:
     return proxy.call(lambda: sum(rule.hits for rule in proxy.proxy.rules))
 
@@ -31,7 +46,7 @@ def test_s3_503_and_500_bursts(run: Run, daemons: Daemons, s3_server: S3Server, 
                                s3_fault: ProxyThread, kafka_server: KafkaServer,
                                tmp_path: Path) -> None:
     run.uploaded = seed(run.dsn, s3_server, bucket, recordings=800, conferences=60,
-                        deals=10, spread_s=10)
+                        deals=10, spread_s=16)
     run.begin_kafka(kafka_server.bootstrap_servers)
     cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
                         kafka=kafka_server.bootstrap_servers,
@@ -41,7 +56,11 @@ def test_s3_503_and_500_bursts(run: Run, daemons: Daemons, s3_server: S3Server, 
               ("500", HttpRule(s3_object("HEAD"), status=500)),
               ("503 on the bucket probe too",
                HttpRule(lambda req: req.method == "HEAD", status=503, headers=SLOW_DOWN)),
-              ("500", HttpRule(s3_object("HEAD"), status=500))]
+              ("500", HttpRule(s3_object("HEAD"), status=500)),
+              ("503 on every other object HEAD",
+               HttpRule(every_other_object_head(), status=503, headers=SLOW_DOWN)),
+              ("500 on every other object HEAD",
+               HttpRule(every_other_object_head(), status=500))]
     time.sleep(1.0)
     for what, rule in bursts:
         s3_fault.rules(rule)
@@ -158,20 +177,14 @@ def _wait_readyz(daemon: Daemon, status: int, limit_s: float) -> bool:
 
 def test_s3_reset_mid_response(run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
                                s3_fault: ProxyThread, tmp_path: Path) -> None:
-    """Half the HEAD responses are cut by an RST after 20 bytes (inside the status line /
-    headers), then GETs of the bucket too: connection errors are transient."""
+    """Every other object HEAD response is cut by an RST after 20 bytes (inside the status
+    line): a connection error mid-response is transient."""
     run.uploaded = seed(run.dsn, s3_server, bucket, recordings=500, spread_s=5)
     cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
                         reaper=False,
                         finalize={"backoff_base": "500ms", "backoff_cap": "2s",
                                   "batch_size": 50})
-    toggle = [0]
-
-    def every_other(req: HttpRequest) -> bool:
-        toggle[0] += 1
-        return req.method == "HEAD" and toggle[0] % 2 == 0
-
-    s3_fault.rules(HttpRule(every_other, reset_after=20))
+    s3_fault.rules(HttpRule(every_other_object_head(), reset_after=20))
     daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     time.sleep(5.0)
     run.fault("RST after 20 response bytes on every other HEAD for 5 s", _hits(s3_fault))

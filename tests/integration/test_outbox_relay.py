@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
 import trio
@@ -17,13 +18,13 @@ import trio
 from actors.finalize_store import event_id
 from actors.lock_keeper import _LockConnection, run_locked_cycle, serve_lock_keeper
 from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayCounts
+from actors.outbox_relay import RelayCounts, apply_retention
 from supervision.app import open_resources, run_once
 from supervision.config import Config
 from supervision.devstack import KafkaServer, S3Server
 from supervision.errors import InfrastructureError
 from supervision.queries import QUERIES
-from supervision.tree import relay_locked_job
+from supervision.tree import relay_job, relay_locked_job
 from tests.conftest import make_config
 from tests.messenger import KafkaMessage, fetch, read_topic
 from tests.waiting import wait_until
@@ -222,19 +223,22 @@ async def test_notify_wakes_the_relay_long_before_the_poll_interval(
 
 async def test_retention_deletes_only_published_rows_past_retention(
         cfg: Config, db_dsn: str, topic: str) -> None:
-    """Old published rows go; recent published rows and unpublished rows stay."""
-    ids = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b", "c", "d"])
+    """The relay's retention pass deletes old published rows in small batches; recent
+    published rows and unpublished rows stay."""
+    ids = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"] * 5 + ["b", "c"])
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute("UPDATE messenger.integration_outbox SET published_at = now() -"
-                     " interval '8 days' WHERE id = ANY(%s)", (ids[:2],))
+                     " interval '8 days' WHERE id = ANY(%s)", (ids[:5],))
         conn.execute("UPDATE messenger.integration_outbox SET published_at = now() -"
-                     " interval '1 day' WHERE id = %s", (ids[2],))
-        deleted = conn.execute(QUERIES["outbox_delete_published_before"],
-                               {"retention": 7 * 86400, "limit": 1000}).rowcount
+                     " interval '1 day' WHERE id = %s", (ids[5],))
+    async with open_resources(cfg) as res:
+        job = attrs.evolve(relay_job(res), retention_batch=2)
+        deleted = await apply_retention(job)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
         left = [r[0] for r in conn.execute(
             "SELECT id FROM messenger.integration_outbox ORDER BY id").fetchall()]
-    assert deleted == 2
-    assert left == ids[2:]
+    assert deleted == 5
+    assert left == ids[5:]
 
 
 async def test_unreachable_kafka_leaves_rows_unpublished_and_fails_run_once(

@@ -2,8 +2,10 @@
 -- The next unpublished rows in id order. Skips rows another relay holds, dead-lettered
 -- rows, and every row of a key blocked behind a dead letter of that key (per-key order is
 -- never broken; a blocked key raises an alert instead).
-SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload, o.headers,
-       o.publish_attempts
+-- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
+-- no parse/serialise round trip in Python.
+SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload::text AS payload,
+       o.headers, o.publish_attempts
 FROM messenger.integration_outbox o
 WHERE o.published_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
