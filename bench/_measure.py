@@ -146,6 +146,17 @@ class TimedDatabase:
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self._timed(self._db.run, fn, args, kwargs)
 
+    async def atomic_each(self, fn: Callable[..., Any], items: Any) -> Any:
+        """A group of one-statement units in one hop, timed as one call per group."""
+        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None),
+                                                         "__name__", "atomic_each")
+        t0 = time.perf_counter()
+        result = await self._db.atomic_each(fn, items)
+        s = self.stats[f"{name} (group)"]
+        s[0] += 1
+        s[1] += time.perf_counter() - t0
+        return result
+
     async def _timed(self, call: Callable[..., Any], fn: Callable[..., Any],
                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         marks: list[float] = []

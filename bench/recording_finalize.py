@@ -223,6 +223,9 @@ class TimedStore:
     async def head_bucket(self) -> Any:
         return await self._store.head_bucket()
 
+    async def probe(self) -> Any:
+        return await self._store.probe()
+
     async def head_recording(self, recording_id: str) -> Any:
         started = time.perf_counter()
         try:

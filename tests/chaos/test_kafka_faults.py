@@ -1,0 +1,61 @@
+"""Kafka chaos: the relay publishes through a fault proxy to a Tansu that advertises the
+proxy, so bootstrap and broker connections both cross it. The broker is refused (down) for
+many relay cycles, then blackholed (connections accepted, nothing answered) — the broker
+itself never restarts, so its topic is a faithful ledger of what was acknowledged."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from supervision.devstack import S3Server
+from tests.chaos.conftest import ProxiedKafka, Run
+from tests.chaos.daemon import (
+    UNPUBLISHED,
+    Daemon,
+    Daemons,
+    daemon_config,
+    scalar,
+    seed,
+    wait_settled,
+)
+
+pytestmark = pytest.mark.chaos
+
+
+def test_kafka_down_then_blackholed_loses_nothing(
+        run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
+        kafka_via_proxy: ProxiedKafka, tmp_path: Path) -> None:
+    kafka = kafka_via_proxy
+    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=400, conferences=90, deals=10,
+                        available_share=0.3, spread_s=12)
+    run.begin_kafka(kafka.bootstrap)
+    cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
+                        kafka=kafka.bootstrap)
+    daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
+    time.sleep(1.5)
+    kafka.proxy.set(down=True)
+    time.sleep(6.0)
+    waiting_when_down = int(scalar(run.dsn, UNPUBLISHED))
+    kafka.proxy.set(down=False)
+    run.fault("Kafka refused (proxy down, live connections reset) for 6 s = ~20 relay polls")
+    time.sleep(2.0)
+    kafka.proxy.set(blackhole=True)
+    time.sleep(6.0)
+    waiting_when_blackholed = int(scalar(run.dsn, UNPUBLISHED))
+    kafka.proxy.clear()
+    run.fault("Kafka blackholed (accepts, never answers) for 6 s")
+    wait_settled(run.dsn, relay=True, limit_s=90, daemons=daemons)
+    failures = sum(1 for e in daemon.events()
+                   if e.get("event") in ("kafka_unavailable", "outbox_publish_failed"))
+    violations = run.verify(
+        title="Kafka down, then blackholed",
+        proves="events wait in the outbox while Kafka is unreachable and are all published"
+               " afterwards, each event id with one payload, per-key order kept",
+        extra_invariants={"outage_not_observed": int(waiting_when_down == 0
+                                                     or waiting_when_blackholed == 0)},
+        relay_failures_logged=failures, unpublished_during_down=waiting_when_down,
+        unpublished_during_blackhole=waiting_when_blackholed)
+    assert violations == [], [str(v) for v in violations]
