@@ -182,8 +182,11 @@ def check(dsn: str, *, ledger: Ledger | None = None, uploaded: Collection[str] |
         outbox = conn.execute("SELECT id, topic, message_key, dedupe_key, payload,"
                               " published_at IS NOT NULL FROM messenger.integration_outbox"
                               " ORDER BY id").fetchall()
+        subjects = {str(r[0]) for r in conn.execute(
+            "SELECT id FROM messenger.call_recordings UNION ALL"
+            " SELECT id FROM messenger.conference_sessions")} if ledger is not None else set()
     if ledger is not None:
-        out += check_ledger(outbox, ledger)
+        out += check_ledger(outbox, ledger.about(subjects))
     return out
 
 

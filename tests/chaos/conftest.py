@@ -109,6 +109,7 @@ class Run:
         if self.kafka is not None:
             expect = [str(e) for (e,) in _published_event_ids(self.dsn)]
             ledger = read_ledger(self.kafka, expect=expect, since=self.since, limit_s=60)
+            ledger = ledger.about(_subjects(self.dsn))
         violations = check(self.dsn, ledger=ledger, uploaded=self.uploaded, limits=limits,
                            relay=relay)
         invariants = summary(violations)
@@ -125,6 +126,13 @@ class Run:
                duration_s=time.monotonic() - self.started, **extra)
         return violations + [Violation(k, "scenario check", str(v))
                              for k, v in (extra_invariants or {}).items() if v]
+
+
+def _subjects(dsn: str) -> set[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {str(r[0]) for r in conn.execute(
+            "SELECT id FROM messenger.call_recordings UNION ALL"
+            " SELECT id FROM messenger.conference_sessions")}
 
 
 def _published_event_ids(dsn: str) -> list[tuple[str]]:

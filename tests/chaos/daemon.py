@@ -227,7 +227,7 @@ def wait_settled(dsn: str, *, relay: bool, limit_s: float, daemons: Daemons | No
 
 def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: int = 0,
          deals: int = 0, uploaded_share: float = 0.7, available_share: float = 0.1,
-         spread_s: float = 0.0) -> set[str]:
+         spread_s: float = 0.0, conference_spread_s: float = 0.0) -> set[str]:
     """The `safetynet dev` incident: lost callbacks (``uploaded_share`` with the binary,
     ``available_share`` Available but unpublished, the rest without a binary) and orphaned
     conferences (a third per reaper phase; with *deals* > 0 they share that many deal ids,
@@ -244,6 +244,18 @@ def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: i
                          (spread_s,))
         if conferences:
             conn.execute(QUERIES["dev_seed_conferences"], {"n": conferences})
+        if conference_spread_s:  # each conference falls due within the next N seconds
+            conn.execute(
+                "UPDATE messenger.conference_sessions SET"
+                " created_at = CASE WHEN status = 'Provisioning'"
+                "   THEN now() - interval '5 s' + random() * %(d)s * interval '1 s'"
+                "   ELSE created_at END,"
+                " last_activity_at = CASE"
+                "   WHEN status = 'Active' AND active_participant_count = 0"
+                "   THEN now() - interval '5 s' + random() * %(d)s * interval '1 s'"
+                "   WHEN status = 'Active'"
+                "   THEN now() - interval '60 s' + random() * %(d)s * interval '1 s'"
+                "   ELSE last_activity_at END", {"d": conference_spread_s})
         if deals:
             conn.execute("UPDATE messenger.conference_sessions SET deal_id ="
                          " md5('deal' || (abs(hashtext(id::text)) %% %s))::uuid", (deals,))

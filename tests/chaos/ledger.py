@@ -37,6 +37,11 @@ class Ledger:
     def event_ids(self) -> set[str]:
         return {e.event_id for e in self.entries if e.event_id}
 
+    def about(self, subjects: Collection[str]) -> Ledger:
+        """Only the events about these recordings/conferences (payload RecordingId or
+        ConferenceId): a broker shared by several tests carries others' events too."""
+        return Ledger([e for e in self.entries if _subject(e.payload) in subjects])
+
     def to_json(self) -> list[dict[str, Any]]:
         return [attrs.asdict(e) for e in self.entries]
 
@@ -63,6 +68,13 @@ async def _ends(bootstrap: str, topics: tuple[str, ...]) -> Offsets:
         return {(tp.topic, tp.partition): off for tp, off in ends.items()}
     finally:
         await consumer.stop()
+
+
+def _subject(payload: Any) -> str | None:
+    if not isinstance(payload, dict):
+        return None
+    subject = payload.get("RecordingId") or payload.get("ConferenceId")
+    return None if subject is None else str(subject)
 
 
 def read_ledger(bootstrap: str, topics: Iterable[str] = TOPICS, *,
