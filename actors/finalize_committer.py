@@ -7,8 +7,11 @@ plus counts, metrics, the seed's log events, a span per row, and a wake-up of th
 relay after each group that enqueued events. Restart type: none — it lives for one cycle.
 
 It waits for one outcome, then takes whatever else is already queued (up to
-``GROUP``) and applies the group in one thread hop (``Database.atomic_each``): the
-per-row transactions stay separate, the round trips and thread hops are shared.
+``GROUP``) and applies the group in one thread hop (``Database.atomic_each``): rows that
+become or already are Available (the bulk of a drain) go through one set-based statement
+— one transaction holding whole rows; if the database rejects any row's data, that
+statement rolls back and those rows are applied one statement each, so only the bad row
+is quarantined — and every other outcome is one statement of its own.
 
 Malformed data (a value the database rejects) quarantines that row with the reason in a
 separate statement; the rest of the group proceeds. Infrastructure errors end the cycle:
@@ -41,6 +44,7 @@ from actors.finalize_store import (
     Applied,
     fail_timeout,
     publish_available,
+    publish_available_many,
     quarantine,
     record_transient,
     unclaim,
@@ -94,12 +98,36 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
     return Effect("deferred" if isinstance(decision, NotAttempted) else "unclaimed")
 
 
+@attrs.frozen
+class AvailableGroup:
+    """Outcomes applied together by one set-based statement."""
+
+    outcomes: list[RowOutcome]
+
+
+def apply_unit(conn: psycopg.Connection, unit: RowOutcome | AvailableGroup, job_run_id: str,
+               max_attempts: int) -> Effect | list[Effect]:
+    if isinstance(unit, AvailableGroup):
+        rows = [(o.row, None if isinstance(o.decision, Terminal)
+                 else attrs.asdict(o.decision)) for o in unit.outcomes]
+        return [Effect("available", applied=a)
+                for a in publish_available_many(conn, rows, job_run_id)]
+    return apply_outcome(conn, unit, job_run_id, max_attempts)
+
+
+def plan_units(group: list[RowOutcome]) -> list[RowOutcome | AvailableGroup]:
+    available = [o for o in group if isinstance(o.decision, Found | Terminal)]
+    others: list[RowOutcome | AvailableGroup] = [
+        o for o in group if not isinstance(o.decision, Found | Terminal)]
+    return ([AvailableGroup(available)] if len(available) > 1 else available) + others
+
+
 async def serve_finalize_committer(
     db: Database, cfg: RecordingFinalizeConfig, job_run_id: str, counts: FinalizeCounts,
     inbox: trio.MemoryReceiveChannel[RowOutcome], wake_relay: Callable[[], None],
 ) -> None:
     """Commit outcomes until *inbox* is closed and drained."""
-    apply = partial(apply_outcome, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
+    apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
     async for first in inbox:
         group = [first]
         while len(group) < GROUP:
@@ -107,15 +135,33 @@ async def serve_finalize_committer(
                 group.append(inbox.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-        results = await db.atomic_each(apply, group)
-        malformed = []
-        for outcome, result in zip(group, results, strict=True):
-            if isinstance(result, DataProblem):
-                malformed.append((outcome, f"malformed:{result.error}"))
+        units = plan_units(group)
+        results = await db.atomic_each(apply, units)
+        pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []
+        retry: list[RowOutcome] = []
+        for unit, result in zip(units, results, strict=True):
+            if isinstance(unit, AvailableGroup):
+                if isinstance(result, DataProblem):
+                    retry.extend(unit.outcomes)  # rolled back whole: one by one now
+                else:
+                    assert isinstance(result, list)
+                    pairs.extend(zip(unit.outcomes, result, strict=True))
             else:
-                _account(counts, outcome, result)
-        if any(isinstance(r, Effect) and r.applied is not None and r.applied.enqueued
-               for r in results):
+                assert not isinstance(result, list)
+                pairs.append((unit, result))
+        if retry:
+            singles = await db.atomic_each(apply, retry)
+            pairs.extend((o, r) for o, r in zip(retry, singles, strict=True)
+                         if not isinstance(r, list))
+        malformed = []
+        enqueued = False
+        for outcome, effect in pairs:
+            if isinstance(effect, DataProblem):
+                malformed.append((outcome, f"malformed:{effect.error}"))
+            else:
+                _account(counts, outcome, effect)
+                enqueued |= effect.applied is not None and effect.applied.enqueued
+        if enqueued:
             wake_relay()
         for outcome, reason in malformed:
             log.error("item_failed", recording_id=outcome.row.recording_id, error=reason)

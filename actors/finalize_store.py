@@ -101,6 +101,31 @@ def publish_available(conn: psycopg.Connection, row: ClaimedRow, job_run_id: str
     return _applied(conn.execute(QUERIES["finalize_attempts_publish_available"], params))
 
 
+def publish_available_many(conn: psycopg.Connection,
+                           rows: list[tuple[ClaimedRow, dict[str, Any] | None]],
+                           job_run_id: str) -> list[Applied]:
+    """:func:`publish_available` for a group, as one statement; results in input order."""
+    params: dict[str, Any] = {
+        "topic": TOPIC_RECORDING_AVAILABLE, "attempt_ids": [], "recording_ids": [],
+        "transitions": [], "file_ids": [], "sizes": [], "durations": [], "formats": [],
+        "headers": [],
+    }
+    for row, found in rows:
+        params["attempt_ids"].append(row.attempt_id)
+        params["recording_ids"].append(row.recording_id)
+        params["transitions"].append(found is not None)
+        params["file_ids"].append(found and found["file_id"])
+        params["sizes"].append(found and found["size_bytes"])
+        params["durations"].append(found and found["duration_seconds"])
+        params["formats"].append(found and found["format"])
+        params["headers"].append(event_headers(TOPIC_RECORDING_AVAILABLE, row.recording_id,
+                                               "CallRecordingAvailable", job_run_id, SOURCE))
+    records = conn.execute(QUERIES["finalize_attempts_publish_available_many"], params
+                           ).fetchall()
+    by_attempt = {str(r[0]): Applied(bool(r[1]), bool(r[2]), bool(r[3])) for r in records}
+    return [by_attempt[row.attempt_id] for row, _ in rows]
+
+
 def fail_timeout(conn: psycopg.Connection, row: ClaimedRow) -> Applied:
     params = {"recording_id": row.recording_id, "attempt_id": row.attempt_id}
     return _applied(conn.execute(QUERIES["finalize_attempts_fail_timeout"], params))

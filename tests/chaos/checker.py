@@ -253,7 +253,7 @@ def state_digest(dsn: str) -> str:
     ]
     with psycopg.connect(dsn, autocommit=True) as conn:
         for query in queries:
-            for row in conn.execute(query):  # type: ignore[call-overload]
+            for row in conn.execute(query):
                 digest.update(repr(row).encode())
     return digest.hexdigest()
 

@@ -170,14 +170,14 @@ class Daemons:
 
 def scalar(dsn: str, query: str, *params: Any) -> Any:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(query, params or None).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(query, params or None).fetchone()
         assert row is not None
         return row[0]
 
 
 def execute(dsn: str, query: str, *params: Any) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(query, params or None).rowcount  # type: ignore[arg-type]
+        return conn.execute(query, params or None).rowcount
 
 
 def terminate_backends(dsn: str, *, app: str | None = None, pids: list[int] | None = None,

@@ -17,6 +17,17 @@ FIGURES = ROOT / "docs" / "reliability"
 DOC = ROOT / "docs" / "reliability.md"
 
 
+REFERENCED = [
+    ("test_sigterm_mid_cycle_exits_0_within_grace_with_nothing_half_done",
+     "SIGTERM mid-batch: exit 0 within the grace, every row fully done or untouched, no"
+     " advisory lock left"),
+    ("test_second_sigterm_stops_at_once_and_still_leaves_nothing_half_done",
+     "double SIGTERM: forced stop at once, PostgreSQL rolls back what did not commit"),
+    ("test_actor_crashing_on_every_start_escalates_and_exits_1",
+     "an actor crashing on every start: restart intensity exceeded, escalation, exit 1"),
+]
+
+
 def record(scenario: str, *, title: str, proves: str, injected: Sequence[str],
            rows: Mapping[str, int], faults: int, invariants: Mapping[str, int],
            duration_s: float, **extra: Any) -> Path:
@@ -60,6 +71,9 @@ def render(figures: Sequence[Mapping[str, Any]]) -> str:
         verdict = "ok" if f["violations"] == 0 else "**VIOLATED**"
         lines.append(f"| [{f['scenario']}](#{f['scenario']}) | {f['faults']} | "
                      f"{f['violations']} | {f['duration_s']} | {verdict} |")
+    lines += ["", "Process faults covered by `tests/integration/test_shutdown.py` (real"
+              " `safetynet run` processes; not repeated here, so no figures):", ""]
+    lines += [f"* `{name}`: {what}" for name, what in REFERENCED]
     for f in figures:
         lines += ["", f"## {f['scenario']}", "", f"**{f['title']}** — {f['proves']}", "",
                   "| | |", "|---|---|"]

@@ -83,7 +83,7 @@ def plant_database_corruptions(dsn: str, uploaded: set[str]) -> dict[str, str]:
     planted: dict[str, str] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         def one(query: str, *params: object) -> str:
-            row = conn.execute(query, params or None).fetchone()  # type: ignore[arg-type]
+            row = conn.execute(query, params or None).fetchone()
             assert row is not None, query
             return str(row[0])
 

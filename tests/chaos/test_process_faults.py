@@ -136,8 +136,10 @@ def test_lock_session_killed_standby_takes_over(
             run.fault("leader SIGSTOPped and its advisory-lock session terminated")
             sent = time.monotonic()
             try:
-                wait_until(lambda s=standby: (h := lock_holder(run.dsn, FINALIZE)) is not None
-                           and owner(run.dsn, h, [s]) is s, 15, "the standby")
+                def standby_leads(s: Daemon = standby) -> bool:
+                    holder = lock_holder(run.dsn, FINALIZE)
+                    return holder is not None and owner(run.dsn, holder, [s]) is s
+                wait_until(standby_leads, 15, "the standby")
                 takeovers.append(round(time.monotonic() - sent, 2))
             except AssertionError:
                 failed += 1
@@ -171,8 +173,9 @@ def test_kill_9_mid_drain_then_restart_converges(
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     done_at_kill = []
     for threshold in (300, 1200):
-        wait_until(lambda t=threshold: int(scalar(run.dsn, DONE)) >= t, 60,  # type: ignore[misc]
-                   f"{threshold} rows done")
+        def reached(t: int = threshold) -> bool:
+            return int(scalar(run.dsn, DONE)) >= t
+        wait_until(reached, 60, f"{threshold} rows done")
         daemon.kill9()
         done_at_kill.append(int(scalar(run.dsn, DONE)))
         run.fault("kill -9 of the daemon mid-drain, then restart")

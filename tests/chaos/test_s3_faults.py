@@ -196,3 +196,31 @@ def test_s3_reset_mid_response(run: Run, daemons: Daemons, s3_server: S3Server, 
         proves="a response cut by an RST is transient: retried, never a wrong verdict",
         relay=False, extra_invariants={"quarantined_after_resets": _quarantined(run.dsn)})
     assert violations == [], [str(v) for v in violations]
+
+
+def test_seaweedfs_stopped_and_restarted_mid_drain(
+        run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
+        kafka_server: KafkaServer, tmp_path: Path) -> None:
+    """The real SeaweedFS process is stopped (connections refused) for ~4 s while the
+    backlog drains, then started again on the same ports with its data."""
+    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=800, conferences=60,
+                        spread_s=8)
+    run.begin_kafka(kafka_server.bootstrap_servers)
+    cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
+                        kafka=kafka_server.bootstrap_servers,
+                        finalize={"backoff_base": "1s", "backoff_cap": "3s", "batch_size": 50})
+    daemons.add(Daemon(tmp_path, "d1", cfg)).start()
+    time.sleep(2.0)
+    s3_server.stop()
+    try:
+        time.sleep(4.0)
+    finally:
+        s3_server.start()
+    run.fault("SeaweedFS stopped for 4 s, then started again")
+    wait_settled(run.dsn, relay=True, limit_s=90, daemons=daemons)
+    violations = run.verify(
+        title="SeaweedFS stopped and restarted",
+        proves="object storage gone (refused) is transient: the backlog waits and is"
+               " adopted once the server is back, no binary is declared missing",
+        extra_invariants={"quarantined_after_restart": _quarantined(run.dsn)})
+    assert violations == [], [str(v) for v in violations]

@@ -72,8 +72,16 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
         if alive:
             victim = rng.choice(alive)
             victim.kill9()
-            later.append((time.monotonic() + rng.uniform(0.5, 2.5), victim.start))
+            later.append((time.monotonic() + rng.uniform(0.5, 2.5), lambda: restart(victim)))
             counts["daemon SIGKILLed (restarted 0.5-2.5 s later)"] += 1
+
+    def restart(daemon: Daemon) -> None:
+        if not daemon.alive():
+            daemon.start()
+
+    def s3_down() -> None:
+        s3(None, "S3 refused for 1-4 s")
+        s3_fault.set(down=True)
 
     def kafka_down() -> None:
         kafka.proxy.set(down=True)
@@ -90,11 +98,12 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
                                 "S3 reset mid-response on every other HEAD for 1-4 s")),
         ("s3-hang", lambda: s3(HttpRule(every_other_object_head(), blackhole=True),
                                "S3 hang (beyond the 1.5 s timeout) on every other HEAD")),
-        ("s3-down", lambda: (s3_fault.set(down=True), s3(None, "S3 refused for 1-4 s"))),
+        ("s3-down", s3_down),
         ("kill9", kill9),
         ("kafka-down", kafka_down),
         ("pg-terminate", lambda: counts.update(
-            {"pg_terminate_backend mid-transaction": terminate_backends(run.dsn, busy=True)})),
+            {"pg_terminate_backend of daemon sessions (busy ones first)":
+             terminate_backends(run.dsn, busy=True) or terminate_backends(run.dsn)})),
         ("lock-kill", lambda: counts.update(
             {"advisory-lock sessions terminated": terminate_backends(
                 run.dsn, app="safetynet-lock")})),

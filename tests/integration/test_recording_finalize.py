@@ -265,3 +265,26 @@ async def test_access_denied_is_a_config_fault_that_consumes_nothing(
     reason = HEALTH.reason()
     assert reason is not None and "access_denied" in reason
     HEALTH.clear_fault("s3")
+
+
+async def test_malformed_row_is_quarantined_and_the_rest_of_the_group_commits(
+        cfg: Config, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
+    """A duration that overflows the column fails the group statement; the group is
+    re-applied row by row: the bad row is quarantined with the reason, the others are
+    reconciled with their events."""
+    sid = insert_call_session(conn)
+    good = [insert_recording(conn, session_id=sid) for _ in range(4)]
+    bad = insert_recording(conn, session_id=sid)
+    for rec in good:
+        upload_recording(s3_server, rec.id, bucket=bucket)
+    upload_recording(s3_server, bad.id, duration="99999999999", bucket=bucket)
+    counts = await run_cycle(cfg)
+    assert counts_of(counts) == {"reconciled": 4, "quarantined": 1}
+    for rec in good:
+        assert recording(conn, rec.id)["status"] == "Available"
+        assert len(outbox_rows(conn, rec.id)) == 1
+    row = attempt(conn, bad.id)
+    assert (row["status"], row["last_error"]) == ("Quarantined",
+                                                 "malformed:NumericValueOutOfRange")
+    assert recording(conn, bad.id)["status"] == "Uploading"
+    assert outbox_rows(conn, bad.id) == []

@@ -233,3 +233,77 @@ SELECT id, recording_id, status, attempts, last_error
 FROM messenger.recording_finalize_attempts
 WHERE status = 'Quarantined'
 FOR UPDATE;
+
+-- name: finalize_attempts_publish_available_many --
+-- finalize_attempts_publish_available for a group of rows in one statement (the hot path
+-- of a drain): one statement is one transaction, so the group commits or rolls back whole
+-- and every row in it is whole either way. Inputs are parallel arrays, one entry per row;
+-- returns, per row, what happened to it.
+WITH input AS (
+    SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
+                         %(transitions)s::boolean[], %(file_ids)s::text[],
+                         %(sizes)s::bigint[], %(durations)s::int[], %(formats)s::text[],
+                         %(headers)s::jsonb[])
+        AS i(attempt_id, recording_id, transition, file_id, size_bytes, duration_seconds,
+             format, headers)
+),
+upd AS (
+    UPDATE messenger.call_recordings r
+    SET status = 'Available', file_id = i.file_id, size_bytes = i.size_bytes,
+        duration_seconds = i.duration_seconds, format = i.format,
+        available_at = now(), updated_at = now()
+    FROM input i
+    WHERE r.id = i.recording_id AND i.transition
+      AND r.status IN ('Pending', 'Recording', 'Uploading')
+    RETURNING r.*
+),
+src AS (
+    SELECT * FROM upd
+    UNION ALL
+    SELECT r.* FROM messenger.call_recordings r
+    JOIN input i ON i.recording_id = r.id
+    WHERE r.status = 'Available' AND r.id NOT IN (SELECT id FROM upd)
+),
+ob AS (
+    INSERT INTO messenger.integration_outbox
+        (topic, message_key, dedupe_key, event_type, payload, headers)
+    SELECT %(topic)s, s.session_id::text, s.id::text, 'CallRecordingAvailable',
+           jsonb_build_object(
+               'RecordingId', s.id, 'SessionKind', s.session_kind, 'SessionId', s.session_id,
+               'ChatId', s.chat_id, 'DealId', s.deal_id, 'TenantId', s.tenant_id,
+               'MediaType', s.media_type, 'FileId', s.file_id, 'Format', s.format,
+               'DurationSeconds', s.duration_seconds, 'SizeBytes', s.size_bytes,
+               'Trigger', s.trigger,
+               'StartedAt', to_char(s.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'EndedAt', to_char(s.ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'AvailableAt', to_char(s.available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+           i.headers
+    FROM src s JOIN input i ON i.recording_id = s.id
+    ORDER BY s.id
+    ON CONFLICT (topic, dedupe_key) DO NOTHING
+    RETURNING dedupe_key
+),
+rt AS (
+    INSERT INTO messenger.realtime_outbox
+        (kind, target_kind, chat_id, session_kind, reference_id, payload)
+    SELECT 'RecordingAvailable',
+           CASE WHEN s.chat_id IS NULL THEN 'Session' ELSE 'ChatGroup' END,
+           s.chat_id, s.session_kind, s.id,
+           jsonb_build_object('RecordingId', s.id, 'SessionId', s.session_id,
+                              'SessionKind', s.session_kind, 'Status', 'Available')
+    FROM src s
+    WHERE s.id::text IN (SELECT dedupe_key FROM ob)
+    RETURNING id
+),
+fin AS (
+    UPDATE messenger.recording_finalize_attempts a
+    SET status = 'Done', last_error = NULL, updated_at = now()
+    FROM input i
+    WHERE a.id = i.attempt_id AND a.status = 'Pending'
+    RETURNING a.id
+)
+SELECT i.attempt_id,
+       i.recording_id IN (SELECT id FROM upd) AS transitioned,
+       i.recording_id::text IN (SELECT dedupe_key FROM ob) AS enqueued,
+       i.attempt_id IN (SELECT id FROM fin) AS closed
+FROM input i;
