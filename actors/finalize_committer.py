@@ -6,8 +6,8 @@ transaction) per row under the status guard, so each row commits whole or not at
 plus counts, metrics, the seed's log events, a span per row, and a wake-up of the outbox
 relay after each group that enqueued events. Restart type: none — it lives for one cycle.
 
-It waits for one outcome, then takes whatever else is already queued (up to
-``GROUP``) and applies the group in one thread hop (``Database.atomic_each``): rows that
+It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``)
+and applies the group in one thread hop (``Database.atomic_each``): rows that
 become or already are Available (the bulk of a drain) go through one set-based statement
 — one transaction holding whole rows; if the database rejects any row's data, that
 statement rolls back and those rows are applied one statement each, so only the bad row
@@ -64,6 +64,7 @@ from supervision.tracing import span
 log = structlog.get_logger("finalize_committer")
 
 GROUP = 32
+GATHER_S = 0.01
 
 
 @attrs.frozen
@@ -130,11 +131,14 @@ async def serve_finalize_committer(
     apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
     async for first in inbox:
         group = [first]
-        while len(group) < GROUP:
-            try:
-                group.append(inbox.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
+        # Outcomes trickle in at the pace of S3: gather for a few milliseconds so a
+        # thread hop carries a group, not a row (bounded delay, bounded size).
+        with trio.move_on_after(GATHER_S):
+            while len(group) < GROUP:
+                try:
+                    group.append(await inbox.receive())
+                except trio.EndOfChannel:
+                    break
         units = plan_units(group)
         results = await db.atomic_each(apply, units)
         pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []

@@ -25,12 +25,14 @@ from tests.chaos.conftest import Run
 from tests.chaos.daemon import (
     Daemon,
     Daemons,
+    ProxyThread,
     daemon_config,
     scalar,
     seed,
     terminate_backends,
     wait_settled,
 )
+from tests.faults import HttpRule, s3_object
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -109,23 +111,29 @@ def test_backends_terminated_mid_transaction(
 
 
 def test_lock_session_killed_standby_takes_over(
-        run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
+        run: Run, daemons: Daemons, s3_server: S3Server, bucket: str, s3_fault: ProxyThread,
         kafka_server: KafkaServer, tmp_path: Path) -> None:
     """The leader is frozen (SIGSTOP) mid-cycle and its advisory-lock session terminated:
     the standby takes the lock within a few seconds and drains; the old leader, resumed
     (SIGCONT), notices the lost lock and nothing is done twice. Three rounds."""
-    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=2500, conferences=150,
+    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=1500, conferences=150,
                         deals=20)
     run.begin_kafka(kafka_server.bootstrap_servers)
-    cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
+    # every object HEAD takes 100 ms more: a drain cycle lasts long enough to be caught
+    s3_fault.rules(HttpRule(s3_object("HEAD"), latency=0.1))
+    cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
                         kafka=kafka_server.bootstrap_servers, finalize={"batch_size": 25})
     group = [daemons.add(Daemon(tmp_path, name, cfg)).start() for name in ("a", "b")]
     takeovers: list[float] = []
     failed = 0
     for _ in range(3):
-        wait_until(lambda: lock_holder(run.dsn, FINALIZE) is not None, 20, "a leader")
+        try:
+            wait_until(lambda: lock_holder(run.dsn, FINALIZE) is not None, 10, "a leader")
+        except AssertionError:
+            break  # the backlog is drained: no cycle holds the lock long enough
         backend = lock_holder(run.dsn, FINALIZE)
-        assert backend is not None
+        if backend is None:
+            continue
         leader = owner(run.dsn, backend, group)
         if leader is None:
             continue
@@ -147,6 +155,7 @@ def test_lock_session_killed_standby_takes_over(
         finally:
             os.kill(leader.pid, signal.SIGCONT)
         time.sleep(1.0)
+    s3_fault.clear()
     wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
     lost = sum(d.names().count("lock_lost") for d in group)
     violations = run.verify(
@@ -154,7 +163,7 @@ def test_lock_session_killed_standby_takes_over(
         proves="the standby becomes the leader once the lock session is gone; the resumed"
                " old leader detects the loss; every row transitions once",
         extra_invariants={"takeover_failed": failed,
-                          "no_takeover_observed": int(not takeovers),
+                          "fewer_than_2_takeovers": int(len(takeovers) < 2),
                           "logged_twice": logged_twice(daemons)},
         takeover_seconds=takeovers, lock_lost_logged=lost)
     assert violations == [], [str(v) for v in violations]
