@@ -19,12 +19,11 @@ import psycopg
 import tomli_w
 
 from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
-from supervision.errors import ConfigError, NotYetAvailable, SafetynetError
+from supervision.errors import ConfigError, SafetynetError
 from supervision.logs import configure_logging
 from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
-ONCE_READY = JOBS
 EXIT_INFRA = 1
 EXIT_SLO = 2  # status: an SLO is violated; requeue: an unknown id
 
@@ -52,10 +51,6 @@ def _load(config_files: Sequence[Path]) -> Config:
 def _fail(message: str, code: int = EXIT_INFRA) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
-
-
-def _not_yet(verb: str) -> NoReturn:
-    _fail(f"'safetynet {verb}': {NotYetAvailable()}", EXIT_INFRA)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,8 +109,6 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     from supervision.app import run_once as run_one_cycle
 
     cfg = _load(config_files)
-    if job not in ONCE_READY:
-        _not_yet(f"run-once --job {job}")
     configure_logging(cfg.logging.level, cfg.logging.format)
     failure: str | None = None
     counts: dict[str, object] = {}

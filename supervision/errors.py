@@ -33,7 +33,3 @@ class InfrastructureError(SafetynetError):
 
 class ConfigurationFault(SafetynetError):
     """A dependency is misconfigured (missing bucket, access denied); retrying will not help."""
-
-
-class NotYetAvailable(SafetynetError):
-    """This command is not available yet in this version of safetynet."""

@@ -18,17 +18,31 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 
 def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
-    """Route every structlog logger to *stream* (stderr by default) in *fmt*."""
+    """Route every structlog logger — and the standard library's loggers of the drivers
+    (psycopg's pool, aiokafka, httpx) — to *stream* (stderr by default) in *fmt*."""
     renderer: Any
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=(stream or sys.stderr).isatty())
     else:
         renderer = structlog.processors.JSONRenderer()
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    # drivers are chatty below WARNING; their warnings and errors are worth a line
+    root.setLevel(max(_LEVELS[level], logging.WARNING))
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             renderer,
         ],
