@@ -17,11 +17,21 @@ from supervision.devstack import KafkaServer, S3Server, free_ports
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.chaos.daemon import Daemons, ProxyThread, scalar
 from tests.chaos.ledger import Offsets, end_offsets, read_ledger
-from tests.chaos.report import record
+from tests.chaos.report import DOC, load, record, render
 
 # the limits of tests.chaos.daemon.daemon_config, for the checker
 LIMITS = Limits(sla_s=0, max_attempts=8, empty_room_grace_s=5, provision_timeout_s=5,
                 stale_live_timeout_s=60)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reliability_doc() -> Iterator[None]:
+    """After the chaos tests ran, re-render docs/reliability.md from the figures they wrote
+    (what `python -m tests.chaos.report` does), so the doc never lags the JSON."""
+    yield
+    figures = load()
+    if figures:
+        DOC.write_text(render(figures))
 
 
 @pytest.fixture
