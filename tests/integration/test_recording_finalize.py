@@ -9,10 +9,11 @@ from typing import Any
 
 import psycopg
 import pytest
+import trio
 
 from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
-from actors.lock_keeper import CycleContext
+from actors.lock_keeper import CycleContext, serve_lock_keeper
 from actors.recording_finalize import run_finalize_cycle
 from supervision.app import open_resources
 from supervision.config import Config
@@ -29,6 +30,7 @@ from tests.messenger import (
     recording,
     upload_recording,
 )
+from tests.waiting import wait_until
 
 
 async def run_cycle(cfg: Config) -> FinalizeCounts:
@@ -288,3 +290,33 @@ async def test_malformed_row_is_quarantined_and_the_rest_of_the_group_commits(
                                                  "malformed:NumericValueOutOfRange")
     assert recording(conn, bad.id)["status"] == "Uploading"
     assert outbox_rows(conn, bad.id) == []
+
+
+async def test_no_recording_stays_uploading_past_sla_plus_interval(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
+    """SLO: with the job running (SLA 2 s, interval 0.5 s), a recording whose session just
+    ended is terminal no later than ended_at + SLA + interval (+ the cycle's own time)."""
+    sla, interval = 2.0, 0.5
+    cfg = make_config(db_dsn, s3_server=s3_server, bucket=bucket, jobs={"recording_finalize": {
+        "finalize_sla_timeout": sla, "polling_interval": interval, "lock_ttl": "30s",
+        "max_run_duration": "20s"}})
+    found = insert_recording(conn, session_id=insert_call_session(conn, ended_ago=0))
+    missing = insert_recording(conn, session_id=insert_call_session(conn, ended_ago=0))
+    upload_recording(s3_server, found.id, bucket=bucket)
+    async with open_resources(cfg) as res, trio.open_nursery() as nursery:
+        from supervision.tree import locked_jobs
+
+        (job,) = [j for j in locked_jobs(res) if j.name == "recording-finalize"]
+        await nursery.start(serve_lock_keeper, job, db_dsn)
+        await trio.to_thread.run_sync(wait_until, lambda: all(
+            recording(conn, r.id)["status"] in ("Available", "Failed")
+            for r in (found, missing)), 20, "both recordings terminal")
+        nursery.cancel_scope.cancel()
+    for rec, status in ((found, "Available"), (missing, "Failed")):
+        row = recording(conn, rec.id)
+        ended = conn.execute("SELECT ended_at FROM messenger.call_sessions WHERE id = %s",
+                             (rec.session_id,)).fetchone()
+        assert ended is not None and row["status"] == status
+        deadline = ended[0] + dt.timedelta(seconds=sla + interval + 0.5)
+        assert row["updated_at"] <= deadline, (row["updated_at"] - ended[0])
+        assert attempt(conn, rec.id)["attempts"] == 1, "waiting for the SLA is not an attempt"
