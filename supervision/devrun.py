@@ -13,7 +13,6 @@ work) stops it, prints a summary and stops every server.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +34,7 @@ from rich.table import Table
 
 from supervision.config import Config, load_config
 from supervision.devproxy import OutageProxy
-from supervision.devstack import DevStack, open_dev_stack
+from supervision.devstack import DevStack, free_ports, open_dev_stack
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from supervision.queries import QUERIES
@@ -144,7 +143,7 @@ def write_layer(stack: DevStack, base_dir: Path, s3_url: str) -> Path:
     endpoints = stack.endpoints()
     assert stack.postgres is not None
     layer = {
-        "http": {"listen": f"127.0.0.1:{free_port()}"},
+        "http": {"listen": f"127.0.0.1:{free_ports(1)[0]}"},
         "postgres": {"dsn": stack.postgres.dsn_for(DATABASE)},
         "kafka": {"bootstrap_servers": endpoints.kafka_bootstrap},
         "s3": {"endpoint_url": s3_url, "region": endpoints.s3.region, "bucket": BUCKET,
@@ -155,13 +154,6 @@ def write_layer(stack: DevStack, base_dir: Path, s3_url: str) -> Path:
     path.write_text(tomli_w.dumps(layer), encoding="utf-8")
     path.chmod(0o600)  # it holds the demo's credentials
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def load_dev_config(layer: Path) -> Config:

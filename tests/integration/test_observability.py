@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from supervision.database import open_database
-from supervision.devstack import KafkaServer, PostgresServer, S3Server
+from supervision.devstack import KafkaServer, PostgresServer, S3Server, free_ports
 from supervision.health import HEALTH
 from supervision.migrate import migrate
 from tests.messenger import insert_call_session, insert_recording, upload_recording
@@ -62,20 +62,12 @@ def value(metrics: dict[str, tuple[str, dict[frozenset[tuple[str, str]], float]]
     return sum(v for k, v in samples.items() if want <= k)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_running_daemon_exports_every_seed_metric_and_counts_a_cycle(
         db_dsn: str, s3_server: S3Server, kafka_server: KafkaServer, bucket: str,
         tmp_path: Path) -> None:
     """Scrape a real `safetynet run`: each seed metric has its type and labels, and
     reconciled_total moves by exactly the rows one cycle reconciled."""
-    port = free_port()
+    port = free_ports(1)[0]
     creds = s3_server.credentials
     config = tmp_path / "c.toml"
     config.write_text(tomli_w.dumps({

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from actors.lock_keeper import CycleContext
 from actors.recording_finalize import run_finalize_cycle
 from supervision.app import open_resources
 from supervision.config import TracingConfig
-from supervision.devstack import S3Server
+from supervision.devstack import S3Server, free_ports
 from supervision.tracing import configure_tracing
 from supervision.tree import finalize_job
 from tests.conftest import make_config
@@ -30,10 +29,6 @@ from tests.waiting import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 EXPORTER = InMemorySpanExporter()
 configure_tracing(TracingConfig(), exporter=EXPORTER)
@@ -92,7 +87,8 @@ def test_daemon_exports_spans_to_the_configured_otlp_endpoint(
                "access_key_id": creds.access_key_id,
                "secret_access_key": creds.secret_access_key},
         "jobs": {"recording_finalize": {"polling_interval": "1s"}},
-        "outbox_relay": {"enabled": False}, "http": {"listen": f"127.0.0.1:{free_port()}"},
+        "outbox_relay": {"enabled": False},
+        "http": {"listen": f"127.0.0.1:{free_ports(1)[0]}"},
         "tracing": {"endpoint": f"http://127.0.0.1:{server.server_port}/v1/traces"},
     }))
     log = (tmp_path / "daemon.log").open("wb")
