@@ -44,7 +44,6 @@ from actors.finalize_store import (
     Applied,
     fail_timeout,
     publish_available,
-    publish_available_many,
     quarantine,
     record_transient,
     unclaim,
@@ -83,7 +82,8 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
     row, decision = outcome.row, outcome.decision
     if isinstance(decision, Found | Terminal):
         found = None if isinstance(decision, Terminal) else attrs.asdict(decision)
-        return Effect("available", applied=publish_available(conn, row, job_run_id, found))
+        (applied,) = publish_available(conn, [(row, found)], job_run_id)
+        return Effect("available", applied=applied)
     if isinstance(decision, Missing):
         return Effect("failed", applied=fail_timeout(conn, row))
     if isinstance(decision, Transient):
@@ -112,7 +112,7 @@ def apply_unit(conn: psycopg.Connection, unit: RowOutcome | AvailableGroup, job_
         rows = [(o.row, None if isinstance(o.decision, Terminal)
                  else attrs.asdict(o.decision)) for o in unit.outcomes]
         return [Effect("available", applied=a)
-                for a in publish_available_many(conn, rows, job_run_id)]
+                for a in publish_available(conn, rows, job_run_id)]
     return apply_outcome(conn, unit, job_run_id, max_attempts)
 
 

@@ -87,24 +87,11 @@ class Applied:
     closed: bool
 
 
-def publish_available(conn: psycopg.Connection, row: ClaimedRow, job_run_id: str,
-                      found: dict[str, Any] | None) -> Applied:
-    """Adopt *found* metadata (→ Available) when given; enqueue the event if missing; Done."""
-    params = {
-        "recording_id": row.recording_id, "attempt_id": row.attempt_id,
-        "transition": found is not None, "file_id": None, "size_bytes": None,
-        "duration_seconds": None, "format": None, "topic": TOPIC_RECORDING_AVAILABLE,
-        "headers": event_headers(TOPIC_RECORDING_AVAILABLE, row.recording_id,
-                                 "CallRecordingAvailable", job_run_id, SOURCE),
-        **(found or {}),
-    }
-    return _applied(conn.execute(QUERIES["finalize_attempts_publish_available"], params))
-
-
-def publish_available_many(conn: psycopg.Connection,
+def publish_available(conn: psycopg.Connection,
                            rows: list[tuple[ClaimedRow, dict[str, Any] | None]],
                            job_run_id: str) -> list[Applied]:
-    """:func:`publish_available` for a group, as one statement; results in input order."""
+    """Adopt each row's *found* metadata (→ Available) when given, enqueue the event where
+    missing, close the finalize rows — one statement; results in input order."""
     params: dict[str, Any] = {
         "topic": TOPIC_RECORDING_AVAILABLE, "attempt_ids": [], "recording_ids": [],
         "transitions": [], "file_ids": [], "sizes": [], "durations": [], "formats": [],
@@ -120,7 +107,7 @@ def publish_available_many(conn: psycopg.Connection,
         params["formats"].append(found and found["format"])
         params["headers"].append(event_headers(TOPIC_RECORDING_AVAILABLE, row.recording_id,
                                                "CallRecordingAvailable", job_run_id, SOURCE))
-    records = conn.execute(QUERIES["finalize_attempts_publish_available_many"], params
+    records = conn.execute(QUERIES["finalize_attempts_publish_available"], params
                            ).fetchall()
     by_attempt = {str(r[0]): Applied(bool(r[1]), bool(r[2]), bool(r[3])) for r in records}
     return [by_attempt[row.attempt_id] for row, _ in rows]

@@ -296,12 +296,12 @@ def pgbench_script(per_client: int, tag: str, explicit_tx: bool) -> str:
     headers = event_headers(TOPIC_RECORDING_AVAILABLE, str(uuid.uuid4()),
                             "CallRecordingAvailable", str(uuid.uuid4()),
                             "safetynet.recording-finalize")
-    values = {
-        "recording_id": f"md5('{tag}r' || :n::text)::uuid",
-        "attempt_id": f"md5('{tag}a' || :n::text)::uuid",
-        "transition": "false", "file_id": "NULL", "size_bytes": "NULL",
-        "duration_seconds": "NULL", "format": "NULL",
-        "topic": f"'{TOPIC_RECORDING_AVAILABLE}'", "headers": f"'{headers}'",
+    values = {  # one row: one-element arrays
+        "recording_ids": f"ARRAY[md5('{tag}r' || :n::text)::uuid]",
+        "attempt_ids": f"ARRAY[md5('{tag}a' || :n::text)::uuid]",
+        "transitions": "ARRAY[false]", "file_ids": "ARRAY[NULL]", "sizes": "ARRAY[NULL]",
+        "durations": "ARRAY[NULL]", "formats": "ARRAY[NULL]",
+        "topic": f"'{TOPIC_RECORDING_AVAILABLE}'", "headers": f"ARRAY['{headers}']",
     }
     sql = re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)],
                  QUERIES["finalize_attempts_publish_available"])

@@ -103,70 +103,6 @@ SET status = 'Quarantined', last_error = %(last_error)s, updated_at = now()
 WHERE id = %(id)s AND status = 'Pending'
 RETURNING status;
 
--- name: finalize_attempts_publish_available --
--- The whole outcome of a row whose recording is (or becomes) Available, in one statement:
---   upd: with %(transition)s, Pending/Recording/Uploading -> Available adopting the object's
---        metadata (the status guard makes a second transition a no-op);
---   src: the recording as it now is, if Available (just now, or already);
---   ob:  its call-recording-available outbox row, unless one exists (idempotent by
---        RecordingId through ux_outbox_dedupe);
---   rt:  realtime RecordingAvailable, only when this statement enqueued the event;
---   fin: the finalize row -> Done.
-WITH upd AS (
-    UPDATE messenger.call_recordings
-    SET status = 'Available', file_id = %(file_id)s, size_bytes = %(size_bytes)s,
-        duration_seconds = %(duration_seconds)s, format = %(format)s,
-        available_at = now(), updated_at = now()
-    WHERE id = %(recording_id)s AND %(transition)s
-      AND status IN ('Pending', 'Recording', 'Uploading')
-    RETURNING *
-),
-src AS (
-    SELECT * FROM upd
-    UNION ALL
-    SELECT r.* FROM messenger.call_recordings r
-    WHERE r.id = %(recording_id)s AND r.status = 'Available' AND NOT EXISTS (SELECT 1 FROM upd)
-),
-ob AS (
-    INSERT INTO messenger.integration_outbox
-        (topic, message_key, dedupe_key, event_type, payload, headers)
-    SELECT %(topic)s, s.session_id::text, s.id::text, 'CallRecordingAvailable',
-           jsonb_build_object(
-               'RecordingId', s.id, 'SessionKind', s.session_kind, 'SessionId', s.session_id,
-               'ChatId', s.chat_id, 'DealId', s.deal_id, 'TenantId', s.tenant_id,
-               'MediaType', s.media_type, 'FileId', s.file_id, 'Format', s.format,
-               'DurationSeconds', s.duration_seconds, 'SizeBytes', s.size_bytes,
-               'Trigger', s.trigger,
-               'StartedAt', to_char(s.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'EndedAt', to_char(s.ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'AvailableAt', to_char(s.available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
-           %(headers)s::jsonb
-    FROM src s
-    ON CONFLICT (topic, dedupe_key) DO NOTHING
-    RETURNING id
-),
-rt AS (
-    INSERT INTO messenger.realtime_outbox
-        (kind, target_kind, chat_id, session_kind, reference_id, payload)
-    SELECT 'RecordingAvailable',
-           CASE WHEN s.chat_id IS NULL THEN 'Session' ELSE 'ChatGroup' END,
-           s.chat_id, s.session_kind, s.id,
-           jsonb_build_object('RecordingId', s.id, 'SessionId', s.session_id,
-                              'SessionKind', s.session_kind, 'Status', 'Available')
-    FROM src s
-    WHERE EXISTS (SELECT 1 FROM ob)
-    RETURNING id
-),
-fin AS (
-    UPDATE messenger.recording_finalize_attempts
-    SET status = 'Done', last_error = NULL, updated_at = now()
-    WHERE id = %(attempt_id)s AND status = 'Pending'
-    RETURNING id
-)
-SELECT (SELECT count(*) FROM upd) AS transitioned,
-       (SELECT count(*) FROM ob) AS enqueued,
-       (SELECT count(*) FROM fin) AS closed;
-
 -- name: finalize_attempts_fail_timeout --
 -- Missing binary after the SLA: -> Failed/Timeout (guarded), realtime RecordingFailed,
 -- finalize row -> Done. No Kafka event: the contract has none for failures.
@@ -234,11 +170,18 @@ FROM messenger.recording_finalize_attempts
 WHERE status = 'Quarantined'
 FOR UPDATE;
 
--- name: finalize_attempts_publish_available_many --
--- finalize_attempts_publish_available for a group of rows in one statement (the hot path
--- of a drain): one statement is one transaction, so the group commits or rolls back whole
--- and every row in it is whole either way. Inputs are parallel arrays, one entry per row;
--- returns, per row, what happened to it.
+-- name: finalize_attempts_publish_available --
+-- The whole outcome of rows whose recording is (or becomes) Available, for one row or a
+-- group, in one statement — one transaction: the group commits or rolls back whole and
+-- every row in it is whole either way. Inputs are parallel arrays, one entry per row.
+--   upd: where transition is set, Pending/Recording/Uploading -> Available adopting the
+--        object's metadata (the status guard makes a second transition a no-op);
+--   src: each recording as it now is, if Available (just now, or already);
+--   ob:  its call-recording-available outbox row, unless one exists (idempotent by
+--        RecordingId through ux_outbox_dedupe);
+--   rt:  realtime RecordingAvailable, only for rows whose event this statement enqueued;
+--   fin: the finalize rows -> Done.
+-- Returns, per row, what happened to it.
 WITH input AS (
     SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
                          %(transitions)s::boolean[], %(file_ids)s::text[],
