@@ -77,13 +77,10 @@ from supervision.metrics import (
     CR_SKIP_LOCKED,
 )
 from supervision.tracing import span
+from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("conference_reaper")
 JOB = "conference-reaper"
-
-
-def _no_wakeup() -> None:
-    return None
 
 
 @attrs.define
@@ -107,7 +104,7 @@ class ReaperJob:
     media: MediaConfig
     db: Database
     http: httpx.AsyncClient  # see actors.recorder_signal.open_media_client
-    wake_relay: Callable[[], None] = _no_wakeup
+    wake_relay: Callable[[], None] = no_wakeup
     stop_concurrency: int = 8
 
 

@@ -18,6 +18,7 @@ import structlog
 import trio
 
 from actors.finalize_store import stats as finalize_stats
+from actors.reaper_store import active_backlog
 from supervision.config import ConferenceReaperConfig
 from supervision.database import Database
 from supervision.errors import InfrastructureError
@@ -64,11 +65,7 @@ def refresh_recording_slo(conn: psycopg.Connection, sla: float, interval: float)
 
 
 def refresh_reaper_backlog(conn: psycopg.Connection, cfg: ConferenceReaperConfig) -> None:
-    row = conn.execute(QUERIES["conference_sessions_active_backlog"], {
-        "empty_room_grace": cfg.empty_room_grace, "provision_timeout": cfg.provision_timeout,
-        "stale_live_timeout": cfg.stale_live_timeout}).fetchone()
-    assert row is not None
-    CR_ACTIVE_BACKLOG.set(int(row[0]))
+    CR_ACTIVE_BACKLOG.set(active_backlog(conn, cfg))
 
 
 DEFAULT_REFRESHES: tuple[Refresh, ...] = (refresh_finalize, refresh_outbox)

@@ -18,6 +18,7 @@ committed (or, when cancelled, each row committed or rolled back whole).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from functools import partial
 
@@ -29,28 +30,24 @@ from actors.finalize_claimer import serve_finalize_claimer
 from actors.finalize_committer import serve_finalize_committer
 from actors.finalize_messages import ClaimedRow, RowOutcome
 from actors.finalize_state import Breaker, FinalizeCounts
-from actors.finalize_store import db_now, stats
+from actors.finalize_store import db_now
+from actors.gauge_refresher import refresh_finalize
 from actors.lock_keeper import CycleContext
 from actors.s3_reconciler import serve_s3_reconciler
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.health import HEALTH
 from supervision.metrics import (
-    RF_BACKLOG,
     RF_CYCLE_DURATION,
-    RF_OLDEST_AGE,
     RF_RUNS,
     S3_BREAKER_OPEN,
 )
 from supervision.objectstore import Fault, ObjectStore, Transient
 from supervision.tracing import span
+from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("recording_finalize")
 JOB = "recording-finalize"
-
-
-def _no_wakeup() -> None:
-    return None
 
 
 @attrs.frozen
@@ -59,7 +56,7 @@ class FinalizeJob:
     concurrency: int
     db: Database
     store: ObjectStore
-    wake_relay: Callable[[], None] = _no_wakeup
+    wake_relay: Callable[[], None] = no_wakeup
     breaker_threshold: int = 5
     committers: int = 2
 
@@ -126,10 +123,6 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
 
 
 async def refresh_gauges(db: Database) -> None:
-    """Backlog and oldest age, from one cheap query."""
-    try:
-        current = await db.run(stats)
-    except Exception:  # a gauge refresh must never fail a cycle
-        return
-    RF_BACKLOG.set(current.backlog)
-    RF_OLDEST_AGE.set(current.oldest_age_seconds)
+    """Backlog and oldest age right after a cycle (the refresher keeps them current)."""
+    with contextlib.suppress(Exception):  # a gauge refresh must never fail a cycle
+        await db.run(refresh_finalize)

@@ -29,3 +29,8 @@ class Wakeup:
         woken = self._event.is_set()
         self._event = trio.Event()
         return woken
+
+
+def no_wakeup() -> None:
+    """The wake-up of a job that has no relay to wake (tests, run-once)."""
+    return None
