@@ -7,7 +7,7 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
     probe bucket + object path ──fault──▶ readiness 503, alert, claim nothing
          │ transient ─▶ breaker open: claim only rows that need no HEAD
          ▼
-    claimer ──ClaimedRow──▶ S3 reconciler pool (s3.concurrency) ──RowOutcome──▶ committers
+    claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
         └──────────────RowOutcome (terminal, poison)───────────────────────────▶
 
 AsOf is the database clock, read once. The claimer ends the pipeline when nothing is
@@ -33,7 +33,7 @@ from actors.finalize_state import Breaker, FinalizeCounts
 from actors.finalize_store import db_now
 from actors.gauge_refresher import refresh_finalize
 from actors.lock_keeper import CycleContext
-from actors.s3_reconciler import serve_s3_reconciler
+from actors.s3_reconciler import pool_size, serve_s3_reconciler
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.health import HEALTH
@@ -99,7 +99,7 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
                 nursery.start_soon(partial(
                     serve_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
                     outcomes_recv.clone(), job.wake_relay))
-            for _ in range(job.concurrency):
+            for _ in range(pool_size(job.concurrency)):
                 nursery.start_soon(serve_s3_reconciler, job.store, breaker,
                                    rows_recv.clone(), outcomes_send.clone())
             nursery.start_soon(partial(

@@ -2,8 +2,11 @@
 
 Inputs: claimed rows (receive channel). Outputs: a :class:`RowOutcome` per row (send
 channel) — Found / Missing / Transient / Fault / Poison, per SPEC §3. No row lock and no
-transaction is held while the request is on the network. ``s3.concurrency`` workers share
-one receive channel. Restart type: none — the pool lives for one cycle.
+transaction is held while the request is on the network. :func:`pool_size` workers share
+one receive channel: :data:`REQUESTS_PER_CONNECTION` per ``s3.concurrency`` connection, so
+that while the S3 worker process has ``s3.concurrency`` HEADs on the wire the next ones
+already wait there, and a connection never idles while this process is busy committing.
+Restart type: none — the pool lives for one cycle.
 
 Once the breaker is open no further requests are made: the remaining rows were never
 attempted, so they are given back untouched (attempts and next_attempt_at as before the
@@ -24,6 +27,12 @@ from actors.finalize_state import Breaker
 from supervision.objectstore import Fault, HeadOutcome, ObjectStore, Transient
 
 log = structlog.get_logger("s3_reconciler")
+REQUESTS_PER_CONNECTION = 2
+
+
+def pool_size(concurrency: int) -> int:
+    """Reconciler workers for ``s3.concurrency`` connections."""
+    return REQUESTS_PER_CONNECTION * concurrency
 
 
 async def serve_s3_reconciler(

@@ -95,6 +95,11 @@ class CpuMeter:
         finally:
             self.stop()
 
+    def cores(self) -> float:
+        """CPU seconds of every measured component per wall second: how many of the
+        machine's cores the measured work kept busy."""
+        return sum(self.used.values()) / self.wall if self.wall else 0.0
+
     def per_item(self, items: int, names: Sequence[str]) -> str:
         """'python 0.41 postgres 0.22 ms' — CPU milliseconds per item of each component."""
         return " ".join(f"{name} {1000 * self.used.get(name, 0.0) / items:.2f}"
@@ -102,11 +107,14 @@ class CpuMeter:
 
 
 class RssSampler:
-    """Peak RSS (bytes) of this process while the ``with`` block runs."""
+    """Peak RSS (bytes) while the ``with`` block runs: of this process (``peak``) and of
+    this process plus its live child processes — the S3 worker — sampled together
+    (``peak_with_children``)."""
 
     def __init__(self, every_s: float = 0.01) -> None:
         self.every_s = every_s
         self.peak = 0
+        self.peak_with_children = 0
         self.start_rss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -114,7 +122,13 @@ class RssSampler:
     def _run(self) -> None:
         proc = psutil.Process()
         while not self._stop.is_set():
-            self.peak = max(self.peak, proc.memory_info().rss)
+            own = proc.memory_info().rss
+            children = 0
+            for child in proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    children += child.memory_info().rss
+            self.peak = max(self.peak, own)
+            self.peak_with_children = max(self.peak_with_children, own + children)
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> RssSampler:

@@ -12,11 +12,18 @@ SLA is 30 min, so every row is past it) and measures:
                 (pool of 6, 2 committers, s3.concurrency 8, batch_size 100,
                 max_run_duration 10m) until a cycle finds nothing due; JSON logs rendered
                 to /dev/null as in the daemon.
-  S3 ceiling    signed HEADs of the same objects (the 90% that need one) from 8 Trio tasks
-                through the same ``open_object_store`` + ``head_recording``, no database:
-                half of them right before the drain, half right after (so a drift of the
-                machine's load hits both sides). ideal = (rows needing a HEAD) / ceiling;
-                ratio = ideal / drain time (target >= 0.8).
+  S3 ceiling    signed HEADs of the same objects (the 90% that need one) through the same
+                ``open_object_store`` + ``head_recording`` (the S3 worker process, libcurl,
+                s3.concurrency = 8 connections), from as many Trio tasks as the drain's
+                reconciler pool (16), no database: half of them right before the drain,
+                half right after (so a drift of the machine's load hits both sides).
+                ideal = (rows needing a HEAD) / ceiling; ratio = ideal / drain time
+                (target >= 0.8).
+  reference     (context, not a target) the same HEADs, a quarter of them, through the
+                client the daemon used before the S3 worker: in-process httpx + AWS4Auth,
+                8 tasks — the source of the issue's "~450 signed HEAD/s". And the serial
+                ideal: S3 ceiling time + the same round's DB-bound drain time for the rows
+                (drain faster than that = the two kinds of work overlap).
   DB-bound      all rows Available-unpublished (no S3 at all), drained the same way.
   pgbench       the same per-row statement (``finalize_attempts_publish_available``,
                 transition=false), one row per transaction, 4 clients, prepared, each
@@ -25,13 +32,16 @@ SLA is 30 min, so every row is past it) and measures:
                 (target >= 0.5). Also shown, not in the ratio: the statement wrapped in
                 BEGIN/COMMIT (the transaction ``Database.atomic`` sends, minus its pool
                 check query).
-  memory        peak RSS of this process during the mixed drain (psutil every 10 ms;
-                ru_maxrss is the lifetime peak); target < 150 MB.
+  memory        peak RSS during the mixed drain of this process plus the S3 worker
+                (psutil every 10 ms; ru_maxrss is this process's lifetime peak);
+                target < 150 MB.
 
-Alongside: CPU per row of each process (this one, the postmaster with its backends, weed,
-pgbench) — on a shared 2-core machine it says what saturates; the HEAD latency in the
-ceiling and in the drain; how busy the S3 pool (HEADs in flight / 8) and the two
-committers (time inside their database calls / 2) were during each drain.
+Alongside: CPU per row of each process (this one, the S3 worker, the postmaster with its
+backends, weed, pgbench) and how many cores they kept busy together — on a shared 2-core
+machine it says what saturates; the HEAD latency (request to answer, seen from this
+process) in the ceiling and in the drain; how busy the reconciler pool (HEADs awaited /
+8 connections; up to 200%, as 16 tasks feed 8) and the two committers (time inside their
+database calls / 2) were during each drain.
 
 Then, on the DB-bound workload again (``--profile db``, the default; ``mixed``, ``both``
 or ``none``), reported and not timed against anything: one drain with every database call
@@ -72,6 +82,7 @@ from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_headers
 from actors.lock_keeper import CycleContext
 from actors.recording_finalize import JOB, FinalizeJob, run_finalize_cycle
+from actors.s3_reconciler import pool_size
 from bench._measure import (
     CpuMeter,
     RssSampler,
@@ -87,8 +98,8 @@ from supervision.config import Config, config_from_dict
 from supervision.devstack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
-from supervision.objectstore import open_object_store
 from supervision.queries import QUERIES
+from supervision.s3_process import open_object_store
 from tests.messenger import PREFIX
 
 BUCKET = "bench-recordings"
@@ -253,9 +264,36 @@ async def s3_ceiling(cfg: Config, recording_ids: list[str]
 
         started = time.perf_counter()
         async with trio.open_nursery() as nursery:
-            for _ in range(cfg.s3.concurrency):
+            for _ in range(pool_size(cfg.s3.concurrency)):
                 nursery.start_soon(worker)
         return time.perf_counter() - started, outcomes, store
+
+
+async def httpx_ceiling(cfg: Config, recording_ids: list[str]) -> float:
+    """HEAD/s of *recording_ids* through the client the daemon used before the S3 worker:
+    one in-process ``httpx.AsyncClient`` signed by httpx-auth's ``AWS4Auth``, s3.concurrency
+    connections and tasks. A reference only: the issue's "~450 signed HEAD/s" came from it."""
+    c = cfg.s3
+    auth = AWS4Auth(c.access_key_id.reveal(), c.secret_access_key.reveal(), c.region, "s3")
+    limits = httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency)
+    send, recv = trio.open_memory_channel[str](len(recording_ids))
+    for r in recording_ids:
+        send.send_nowait(r)
+    send.close()
+    async with httpx.AsyncClient(base_url=c.endpoint_url, auth=auth, limits=limits,
+                                 timeout=c.timeout) as client:
+        await client.head(f"/{BUCKET}")
+
+        async def worker() -> None:
+            async for r in recv:
+                status = (await client.head(f"/{BUCKET}/{PREFIX}{r}")).status_code
+                assert status in (200, 404), status
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(c.concurrency):
+                nursery.start_soon(worker)
+        return len(recording_ids) / (time.perf_counter() - started)
 
 
 # ------------------------------------------------------------------------------ drains
@@ -358,7 +396,9 @@ def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
     assert (counts.reconciled, counts.failed, counts.republished) == (
         present, missing, rows - present - missing), counts
     assert store.calls == len(head_ids), store.calls
+    reference = trio.run(httpx_ceiling, cfg, head_ids[::4])
     head_s = head_s1 + head_s2  # = len(head_ids) / ceiling: the ideal drain time
+    worker_head = (ceiling_cpu.used["children"] + ceiling_cpu2.used["children"]) / len(head_ids)
     py_head = (ceiling_cpu.used["python"] + ceiling_cpu2.used["python"]) / len(head_ids)
     weed_head = (ceiling_cpu.used["weed"] + ceiling_cpu2.used["weed"]) / len(head_ids)
     py_row = meter.used["python"] / rows
@@ -367,7 +407,10 @@ def mixed_round(cfg: Config, servers: dict[str, int | None], rows: int,
                                                                   (len(head_ids) - half) / head_s2),
             "ideal": head_s, "ratio": head_s / seconds, "peak_rss": rss.peak,
             "start_rss": rss.start_rss, "cpu": meter, "py_head": py_head,
-            "weed_head": weed_head, "py_row": py_row,
+            "weed_head": weed_head, "py_row": py_row, "worker_head": worker_head,
+            "reference": reference, "peak_rss_all": rss.peak_with_children,
+            "cores_ceiling": (ceiling_cpu.cores() + ceiling_cpu2.cores()) / 2,
+            "cores_drain": meter.cores(),
             "cpu_ratio": py_head * len(head_ids) / (py_row * rows),
             "lat_ceiling": (heads1.busy + heads2.busy) / (heads1.calls + heads2.calls),
             "lat_drain": store.busy / store.calls,
@@ -495,12 +538,24 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
               f"{1000 * m['lat_ceiling']:11.2f} /{1000 * m['lat_drain']:5.2f}"
               f"{100 * m['pool_busy']:13.0f}%{100 * m['committers_busy']:10.0f}%"
               f"{m['peak_rss'] / 2**20:7.0f}MB")
-    print("  CPU ms per HEAD in the ceiling | per row in the drain; python CPU ratio ="
-          " (ceiling python CPU x HEADs) / (drain python CPU x rows):")
+    print("  CPU ms per HEAD in the ceiling | per row in the drain (python = this process,"
+          " s3-worker = the worker process); cores busy (all measured processes) in the"
+          " ceiling | the drain:")
     for n, m in enumerate(mixed, 1):
-        print(f"  round {n}: python {1000 * m['py_head']:.2f} weed {1000 * m['weed_head']:.2f}"
-              f" | {m['cpu'].per_item(rows, ('python', 'postgres', 'weed'))};"
-              f" python CPU ratio {m['cpu_ratio']:.2f}")
+        print(f"  round {n}: python {1000 * m['py_head']:.2f} s3-worker"
+              f" {1000 * m['worker_head']:.2f} weed {1000 * m['weed_head']:.2f}"
+              f" | {m['cpu'].per_item(rows, ('python', 'children', 'postgres', 'weed'))}"
+              .replace("children", "s3-worker")
+              + f"; cores {m['cores_ceiling']:.2f} | {m['cores_drain']:.2f}")
+    print("  reference, the in-process httpx + AWS4Auth client (before the S3 worker), on a"
+          " quarter of the objects:")
+    for n, (m, d) in enumerate(zip(mixed, dbb, strict=True), 1):
+        serial = len(head_ids) / m["ceiling"] + rows / d["rate"]
+        m["serial_ratio"] = serial / m["seconds"]
+        print(f"  round {n}: {m['reference']:.0f} HEAD/s; drain rows/s / that"
+              f" {m['rate'] / m['reference']:.2f}. Serial ideal (S3 ceiling time + this"
+              f" round's DB-bound drain time) {serial:.2f} s; / drain time"
+              f" {m['serial_ratio']:.2f}")
     print(f"\n{'DB-BOUND':8}{'drain s':>8}{'rows/s':>7}{'pgbench tps':>12}{'(before/after)':>15}"
           f"{'ratio':>6}{'BEGIN/COMMIT tps':>17}{'committers busy':>16}"
           f"   CPU ms per row: drain | pgbench")
@@ -515,18 +570,25 @@ def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: 
     mixed_ratio = [m["ratio"] for m in mixed]
     db_ratio = [d["ratio"] for d in dbb]
     peak = max(m["peak_rss"] for m in mixed) / 2**20
+    peak_all = max(m["peak_rss_all"] for m in mixed) / 2**20
     ok = {True: "ok", False: "MISSED"}
     print(f"\nmixed drain rows/s {spread([m['rate'] for m in mixed])}; S3 ceiling HEAD/s"
           f" {spread([m['ceiling'] for m in mixed])}")
     print(f"mixed ratio (ideal/actual) {spread(mixed_ratio, '{:.2f}')}"
           f"  target >= 0.8: {ok[statistics.median(mixed_ratio) >= 0.8]}")
+    print(f"  context: the in-process httpx client's ceiling"
+          f" {spread([m['reference'] for m in mixed])} HEAD/s; drain / serial ideal"
+          f" {spread([m['serial_ratio'] for m in mixed], '{:.2f}')}; cores busy in the S3"
+          f" ceiling {spread([m['cores_ceiling'] for m in mixed], '{:.2f}')} of"
+          f" {os.cpu_count()}")
     print(f"DB-bound rows/s {spread([d['rate'] for d in dbb])}; pgbench tps"
           f" {spread([d['tps'] for d in dbb])}")
     print(f"DB-bound ratio (drain/pgbench) {spread(db_ratio, '{:.2f}')}"
           f"  target >= 0.5: {ok[statistics.median(db_ratio) >= 0.5]}")
-    print(f"peak RSS during the mixed drain {peak:.0f} MB (at its start"
-          f" {mixed[0]['start_rss'] / 2**20:.0f} MB; process lifetime ru_maxrss"
-          f" {ru_maxrss_bytes() / 2**20:.0f} MB)  target < 150 MB: {ok[peak < 150]}")
+    print(f"peak RSS during the mixed drain {peak_all:.0f} MB with the S3 worker, {peak:.0f}"
+          f" MB this process alone (at its start {mixed[0]['start_rss'] / 2**20:.0f} MB;"
+          f" process lifetime ru_maxrss {ru_maxrss_bytes() / 2**20:.0f} MB)"
+          f"  target < 150 MB: {ok[peak_all < 150]}")
     for which in profiles:
         print("\n".join(profile(cfg, rows, base_dir, which, "m" if which == "mixed" else "d")))
 

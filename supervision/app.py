@@ -20,8 +20,8 @@ from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import InfrastructureError
-from supervision.objectstore import open_object_store
 from supervision.runtime import serve_root
+from supervision.s3_process import open_object_store
 from supervision.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
 from supervision.wakeup import Wakeup
 

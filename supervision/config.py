@@ -140,7 +140,10 @@ class S3Config:
     access_key_id: Secret = _setting(Secret(""), "S3 access key id (or env). Secret.")
     secret_access_key: Secret = _setting(Secret(""), "S3 secret access key (or env). Secret.")
     timeout: float = _setting(5.0, "Timeout of one S3 request.", duration=True, checks=[_positive])
-    concurrency: int = _setting(8, "Size of the S3 reconciler pool.", checks=[_positive])
+    concurrency: int = _setting(
+        8, "Size of the S3 reconciler pool: HEAD requests on the wire at once (one"
+        " connection each; the pool queues 2 per connection in the S3 worker).",
+        checks=[_positive])
 
 
 @attrs.frozen

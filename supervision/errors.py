@@ -33,3 +33,7 @@ class InfrastructureError(SafetynetError):
 
 class ConfigurationFault(SafetynetError):
     """A dependency is misconfigured (missing bucket, access denied); retrying will not help."""
+
+
+class WireError(SafetynetError):
+    """A line on the S3 worker pipe could not be understood."""

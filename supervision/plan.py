@@ -18,8 +18,9 @@ from psycopg.rows import dict_row
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
 from supervision.config import Config
-from supervision.objectstore import Fault, Found, Missing, Poison, Transient, open_object_store
+from supervision.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.queries import QUERIES
+from supervision.s3_process import open_object_store
 
 
 @attrs.frozen

@@ -138,8 +138,8 @@ async def test_slow_down_backs_off_then_the_next_cycle_reconciles(
 
 @pytest.mark.parametrize(("fault", "last_error"), [
     pytest.param({"status": 500}, "s3:http_500", id="http_500"),
-    pytest.param({"latency": 1.0}, "s3:ReadTimeout", id="slow"),
-    pytest.param({"blackhole": True}, "s3:ReadTimeout", id="blackhole"),
+    pytest.param({"latency": 1.0}, "s3:Timeout", id="slow"),
+    pytest.param({"blackhole": True}, "s3:Timeout", id="blackhole"),
     pytest.param({"reset_after": 12}, "s3:ReadError", id="reset_mid_response"),
     pytest.param({"reset_after": 0}, "s3:ReadError", id="reset_before_response"),
 ])
@@ -147,7 +147,7 @@ async def test_transient_faults_keep_the_row_pending_with_their_class(
         db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy, fault: dict[str, Any], last_error: str) -> None:
     """500, a HEAD slower than ``s3.timeout``, no answer, an RST mid-response: each is
-    transient, recorded as the class httpx really raises; the binary is not adopted."""
+    transient, recorded as the class libcurl really reports; the binary is not adopted."""
     cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, s3={"timeout": "400ms"})
     rec = insert_recording(conn, session_id=insert_call_session(conn))
     upload_recording(s3_server, rec.id, bucket=bucket)

@@ -1,0 +1,256 @@
+"""The daemon's object store: HEADs answered by the S3 worker process.
+
+>>> async with open_object_store(cfg.s3) as store:
+...     outcome = await store.head_recording(recording_id)   # Found | Missing | Transient | ...
+
+:class:`WorkerObjectStore` has the interface of
+:class:`~supervision.objectstore.HttpObjectStore` (and the same outcomes: the worker runs
+exactly that client), but each request is a JSON line to ``python -m
+supervision.s3_worker`` and the answer a line back. Signing and HTTP then burn another
+core's CPU instead of the GIL the committers and the claimer need (issue #4: the mixed
+drain went from ~0.55 to ~0.8+ of the S3 ceiling).
+
+The worker is started on the first request, with its settings (credentials included)
+written to its stdin. If it dies, every request in flight answers ``Transient
+("s3_worker_exited")`` — the rows keep their attempt and are retried after their back-off,
+and the breaker stops the cycle if it keeps happening — and the next request starts a new
+one (at most one start per :data:`RESPAWN_INTERVAL`; in between, requests answer
+``Transient("s3_worker_unavailable")``). A request with no answer after
+``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
+
+What cancellation does: a cancelled request forgets its id; the late answer is dropped.
+Leaving the context closes the worker's stdin (it exits on end of input), waits up to
+:data:`CLOSE_TIMEOUT` for it, then kills it. The worker runs in its own session, so a
+terminal's Ctrl-C reaches only the daemon, which then shuts down in order; if the daemon
+is killed outright, the worker sees end of input and exits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from supervision.config import S3Config
+from supervision.errors import WireError
+from supervision.objectstore import Fault, Found, HeadOutcome, Transient
+from supervision.s3_wire import (
+    OP_BUCKET,
+    OP_CANARY,
+    OP_OBJECT,
+    LineSplitter,
+    decode_answer,
+    encode_request,
+    encode_settings,
+)
+
+log = structlog.get_logger("s3_worker")
+
+WORKER_COMMAND = (sys.executable, "-m", "supervision.s3_worker")
+RESPAWN_INTERVAL = 1.0
+CLOSE_TIMEOUT = 3.0
+_READ_SIZE = 64 * 1024
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    done: trio.Event = attrs.Factory(trio.Event)
+    outcome: HeadOutcome | None = None
+
+    def resolve(self, outcome: HeadOutcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            self.done.set()
+
+
+@attrs.define(eq=False)
+class _Worker:
+    """One generation of the worker process and the requests waiting on it."""
+
+    process: trio.Process
+    requests: trio.MemorySendChannel[bytes]
+    waiting: dict[int, _Waiter] = attrs.Factory(dict)
+    exited: trio.Event = attrs.Factory(trio.Event)
+    alive: bool = True
+
+    def lost(self, reason: str) -> None:
+        self.alive = False
+        self.requests.close()
+        waiting, self.waiting = self.waiting, {}
+        for waiter in waiting.values():
+            waiter.resolve(Transient(reason))
+
+
+class WorkerObjectStore:
+    """Signed HEADs against the CALL_RECORDINGS bucket, made by the S3 worker process."""
+
+    def __init__(self, cfg: S3Config, nursery: trio.Nursery, *,
+                 command: tuple[str, ...] = WORKER_COMMAND,
+                 respawn_interval: float = RESPAWN_INTERVAL) -> None:
+        self._cfg = cfg
+        self._nursery = nursery
+        self._command = command
+        self._respawn_interval = respawn_interval
+        self._ids = itertools.count(1)
+        self._worker: _Worker | None = None
+        self._starting = trio.Lock()
+        self._last_start = -math.inf
+        self._closing = False
+        self.starts = 0
+        self.answer_timeout = 3 * cfg.timeout + 5
+
+    def key_for(self, recording_id: str) -> str:
+        return f"{self._cfg.key_prefix}{recording_id}"
+
+    async def head_bucket(self) -> Found | Transient | Fault:
+        outcome = await self._request(OP_BUCKET, "")
+        assert isinstance(outcome, Found | Transient | Fault)
+        return outcome
+
+    async def head_canary(self) -> Found | Transient | Fault:
+        outcome = await self._request(OP_CANARY, "")
+        assert isinstance(outcome, Found | Transient | Fault)
+        return outcome
+
+    async def probe(self) -> Found | Transient | Fault:
+        """The cycle's health check: the bucket, then the object path."""
+        bucket = await self.head_bucket()
+        if not isinstance(bucket, Found):
+            return bucket
+        return await self.head_canary()
+
+    async def head_recording(self, recording_id: str) -> HeadOutcome:
+        return await self._request(OP_OBJECT, recording_id)
+
+    async def _request(self, op: str, recording_id: str) -> HeadOutcome:
+        worker = await self._running_worker()
+        if worker is None:
+            return Transient("s3_worker_unavailable")
+        request_id = next(self._ids)
+        waiter = worker.waiting[request_id] = _Waiter()
+        try:
+            worker.requests.send_nowait(encode_request(request_id, op, recording_id))
+            with trio.move_on_after(self.answer_timeout):
+                await waiter.done.wait()
+            return waiter.outcome or Transient("s3_worker_timeout")
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return Transient("s3_worker_exited")
+        finally:
+            worker.waiting.pop(request_id, None)
+
+    async def _running_worker(self) -> _Worker | None:
+        async with self._starting:
+            if self._worker is not None and self._worker.alive:
+                return self._worker
+            if self._closing or trio.current_time() - self._last_start < self._respawn_interval:
+                return None
+            self._last_start = trio.current_time()
+            try:
+                self._worker = await self._start()
+            except OSError as exc:
+                log.error("s3_worker_start_failed", error=type(exc).__name__)
+                return None
+            return self._worker
+
+    async def _start(self) -> _Worker:
+        process = await trio.lowlevel.open_process(
+            list(self._command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            start_new_session=True)
+        requests_send, requests_recv = trio.open_memory_channel[bytes](math.inf)
+        requests_send.send_nowait(encode_settings(self._cfg))
+        worker = _Worker(process, requests_send)
+        self.starts += 1
+        if self.starts > 1:
+            log.warning("s3_worker_restarted", starts=self.starts)
+        self._nursery.start_soon(self._serve, worker, requests_recv)
+        return worker
+
+    async def _serve(self, worker: _Worker,
+                     requests: trio.MemoryReceiveChannel[bytes]) -> None:
+        """Pump one generation's pipes; when either side ends, fail what is waiting and
+        make sure the process is gone."""
+        reason = "s3_worker_exited"
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_write_requests, worker.process, requests)
+                await _read_answers(worker)
+                nursery.cancel_scope.cancel()
+        except* (WireError, trio.BrokenResourceError, OSError) as group:
+            reason = "s3_worker_broken"
+            exc = group.exceptions[0]
+            log.error("s3_worker_failed", error=str(exc) or type(exc).__name__)
+        finally:
+            worker.lost(reason)
+            with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                await worker.process.wait()
+            if worker.process.returncode is None:
+                worker.process.kill()
+                with trio.CancelScope(shield=True):
+                    await worker.process.wait()
+            if worker.process.returncode and not self._closing:
+                log.warning("s3_worker_exited", returncode=worker.process.returncode)
+            worker.exited.set()
+
+    async def aclose(self) -> None:
+        """Close the worker's input and wait for it to exit (kill it after the timeout)."""
+        self._closing = True
+        worker = self._worker
+        if worker is not None and worker.alive:
+            worker.requests.close()
+        if worker is not None:
+            with trio.move_on_after(CLOSE_TIMEOUT + 1, shield=True):
+                await worker.exited.wait()
+
+
+async def _write_requests(process: trio.Process,
+                          requests: trio.MemoryReceiveChannel[bytes]) -> None:
+    """One write per wake-up: every request queued since the last one. Closing the
+    channel closes the worker's stdin, which is how it is told to exit."""
+    assert process.stdin is not None
+    async with process.stdin:
+        async for first in requests:
+            chunk = [first]
+            while True:
+                try:
+                    chunk.append(requests.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await process.stdin.send_all(b"".join(chunk))
+
+
+async def _read_answers(worker: _Worker) -> None:
+    """Resolve waiters from the worker's stdout until it ends."""
+    assert worker.process.stdout is not None
+    splitter = LineSplitter()
+    while True:
+        data = await worker.process.stdout.receive_some(_READ_SIZE)
+        if not data:
+            return
+        for line in splitter.feed(data):
+            request_id, outcome = decode_answer(line)
+            waiter = worker.waiting.get(request_id)
+            if waiter is not None:  # else: cancelled or timed out; dropped
+                waiter.resolve(outcome)
+
+
+@asynccontextmanager
+async def open_object_store(cfg: S3Config, **options: Any
+                            ) -> AsyncIterator[WorkerObjectStore]:
+    """A :class:`WorkerObjectStore` whose worker process is gone on every exit path.
+
+    *options* go to :class:`WorkerObjectStore` (tests swap the worker command)."""
+    async with trio.open_nursery() as nursery:
+        store = WorkerObjectStore(cfg, nursery, **options)
+        try:
+            yield store
+        finally:
+            await store.aclose()
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,227 @@
+"""The S3 worker process: SigV4-signed HEADs made by libcurl, off the daemon's interpreter.
+
+    python -m supervision.s3_worker      # started by supervision.s3_process, never by hand
+
+Why (issue #4): through httpx, signing and HTTP cost about a millisecond of Python CPU
+per HEAD, on the GIL the claimer and the committers need; the backlog drain was bound by
+that, not by the store. Here libcurl (pycurl's multi interface) does the HTTP and the
+SigV4 signing (``CURLOPT_AWS_SIGV4``) in C, in a process of its own: about 0.2 ms of CPU
+per HEAD, none of it in the daemon, which pays for one short JSON line each way
+(``supervision.s3_wire``).
+
+Protocol: the settings line, then requests, on stdin; answers on stdout in completion
+order, as many per write as are ready. Every request gets exactly one answer: HTTP
+statuses are classified by ``supervision.objectstore``, transport failures (timeout,
+refused, reset) become :class:`Transient` with a curl error name, never an exception.
+At most ``s3.concurrency`` requests are on the wire (one easy handle each, connections
+kept alive in the multi handle's cache); the daemon may queue more, which wait here.
+Nothing is logged (stdout is the protocol; libcurl's messages can hold the URL); a bug
+prints its traceback to the inherited stderr and exits, which the daemon treats as a
+lost worker.
+
+One thread, one ``select`` over stdin and curl's sockets. End of stdin (the daemon closed
+the pipe, or died) exits at once: the daemon has already given up on what is in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import select
+import sys
+from urllib.parse import quote
+
+import attrs
+import certifi
+import pycurl
+
+from supervision.config import S3Config
+from supervision.objectstore import (
+    CANARY,
+    HeadOutcome,
+    Transient,
+    classify_bucket,
+    classify_canary,
+    classify_object,
+)
+from supervision.s3_wire import (
+    OP_BUCKET,
+    OP_CANARY,
+    LineSplitter,
+    decode_request,
+    decode_settings,
+    encode_answer,
+)
+
+READ_SIZE = 64 * 1024
+IDLE_WAIT = 1.0  # seconds; select() wakes sooner for stdin or a socket
+# libcurl error codes → the class names stored in last_error (no URL, no host)
+TRANSPORT_ERRORS = {
+    pycurl.E_COULDNT_RESOLVE_HOST: "ResolveError",
+    pycurl.E_COULDNT_CONNECT: "ConnectError",
+    pycurl.E_OPERATION_TIMEDOUT: "Timeout",
+    pycurl.E_SSL_CONNECT_ERROR: "TlsError",
+    pycurl.E_PEER_FAILED_VERIFICATION: "TlsVerifyError",
+    pycurl.E_GOT_NOTHING: "EmptyReply",
+    pycurl.E_SEND_ERROR: "WriteError",
+    pycurl.E_RECV_ERROR: "ReadError",
+}
+
+
+@attrs.define(eq=False)
+class _Request:
+    request_id: int
+    op: str
+    key: str
+    header_lines: list[bytes] = attrs.Factory(list)
+
+    def headers(self) -> dict[str, str]:
+        """The final response's headers, lower-case names."""
+        found: dict[str, str] = {}
+        for raw in self.header_lines:
+            line = raw.decode("latin-1")
+            if line.startswith("HTTP/"):  # a new response (after a 1xx): start over
+                found.clear()
+                continue
+            name, sep, value = line.partition(":")
+            if sep:
+                found[name.strip().lower()] = value.strip()
+        return found
+
+    def outcome(self, status: int) -> HeadOutcome:
+        headers = self.headers()
+        if self.op == OP_BUCKET:
+            return classify_bucket(status, headers)
+        if self.op == OP_CANARY:
+            return classify_canary(status, headers)
+        return classify_object(self.key, status, headers)
+
+
+class CurlPool:
+    """Queued HEAD requests, ``s3.concurrency`` of them on the wire at a time."""
+
+    def __init__(self, cfg: S3Config) -> None:
+        self._cfg = cfg
+        self._base = cfg.endpoint_url.rstrip("/")
+        self._multi = pycurl.CurlMulti()
+        self._multi.setopt(pycurl.M_MAX_TOTAL_CONNECTIONS, cfg.concurrency)
+        self._idle = [self._new_handle() for _ in range(cfg.concurrency)]
+        self._queued: collections.deque[_Request] = collections.deque()
+        self._running: dict[pycurl.Curl, _Request] = {}
+
+    def _new_handle(self) -> pycurl.Curl:
+        cfg = self._cfg
+        handle = pycurl.Curl()
+        handle.setopt(pycurl.NOBODY, 1)  # HEAD
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        handle.setopt(pycurl.FOLLOWLOCATION, 0)
+        handle.setopt(pycurl.TIMEOUT_MS, int(cfg.timeout * 1000))
+        handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(cfg.timeout * 1000))
+        handle.setopt(pycurl.CAINFO, certifi.where())
+        if cfg.access_key_id and cfg.secret_access_key:
+            # Without credentials requests go unsigned; a store that requires them answers
+            # 403, which is a configuration fault (readiness 503), not a crash.
+            handle.setopt(pycurl.AWS_SIGV4, f"aws:amz:{cfg.region}:s3")
+            handle.setopt(pycurl.USERNAME, cfg.access_key_id.reveal())
+            handle.setopt(pycurl.PASSWORD, cfg.secret_access_key.reveal())
+        return handle
+
+    def submit(self, request_id: int, op: str, recording_id: str) -> None:
+        if op == OP_BUCKET:
+            key = ""
+        elif op == OP_CANARY:
+            key = f"{self._cfg.key_prefix}{CANARY}"
+        else:
+            key = f"{self._cfg.key_prefix}{recording_id}"
+        self._queued.append(_Request(request_id, op, key))
+
+    def _start_queued(self) -> None:
+        while self._queued and self._idle:
+            request, handle = self._queued.popleft(), self._idle.pop()
+            url = f"{self._base}/{quote(self._cfg.bucket)}"
+            if request.key:
+                url += f"/{quote(request.key)}"
+            handle.setopt(pycurl.URL, url)
+            handle.setopt(pycurl.HEADERFUNCTION, request.header_lines.append)
+            self._running[handle] = request
+            self._multi.add_handle(handle)
+
+    def step(self) -> list[bytes]:
+        """Start what can start, let curl work, and return the answers that are ready."""
+        self._start_queued()
+        while self._multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+            pass
+        answers: list[bytes] = []
+        while True:
+            left, succeeded, failed = self._multi.info_read()
+            for handle in succeeded:
+                answers.append(self._finish(handle, None))
+            for handle, errno, _message in failed:  # the message can name the host
+                answers.append(self._finish(handle, errno))
+            if not left:
+                break
+        if answers:
+            self._start_queued()
+        return answers
+
+    def _finish(self, handle: pycurl.Curl, errno: int | None) -> bytes:
+        self._multi.remove_handle(handle)
+        request = self._running.pop(handle)
+        self._idle.append(handle)
+        outcome: HeadOutcome
+        if errno is None:
+            outcome = request.outcome(int(handle.getinfo(pycurl.RESPONSE_CODE)))
+        else:
+            outcome = Transient(TRANSPORT_ERRORS.get(errno, f"curl_{errno}"))
+        return encode_answer(request.request_id, outcome)
+
+    def wait(self, stdin: int | None) -> bool:
+        """Sleep until a socket or *stdin* is ready or curl wants a timer; True when
+        *stdin* is readable."""
+        if self._queued and self._idle:
+            return False
+        readable, writable, failed = self._multi.fdset()
+        timeout_ms = self._multi.timeout()
+        timeout = IDLE_WAIT if timeout_ms < 0 else min(IDLE_WAIT, timeout_ms / 1000)
+        watch = [*readable, *([stdin] if stdin is not None else [])]
+        ready, _, _ = select.select(watch, writable, failed, timeout)
+        return stdin is not None and stdin in ready
+
+
+def serve_worker(stdin: int, stdout: int) -> None:
+    """Answer requests from file descriptor *stdin* on *stdout* until *stdin* ends."""
+    splitter = LineSplitter()
+    lines: list[bytes] = []
+    while not lines:
+        data = os.read(stdin, READ_SIZE)
+        if not data:
+            return
+        lines = splitter.feed(data)
+    pool = CurlPool(decode_settings(lines[0]))
+    pending = lines[1:]
+    while True:
+        for line in pending:
+            pool.submit(*decode_request(line))
+        answers = pool.step()
+        if answers:
+            _write_all(stdout, b"".join(answers))
+        pending = []
+        if pool.wait(stdin):
+            data = os.read(stdin, READ_SIZE)
+            if not data:
+                return
+            pending = splitter.feed(data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main() -> None:
+    serve_worker(sys.stdin.fileno(), sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    main()
