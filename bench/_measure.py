@@ -108,11 +108,13 @@ class CpuMeter:
 
 class RssSampler:
     """Peak RSS (bytes) while the ``with`` block runs: of this process (``peak``) and of
-    this process plus its live child processes — the S3 worker — sampled together
+    this process plus those of its live child processes whose command line contains
+    *helper* — the S3 worker, not the servers the benchmark started — sampled together
     (``peak_with_children``)."""
 
-    def __init__(self, every_s: float = 0.01) -> None:
+    def __init__(self, every_s: float = 0.01, helper: str = "supervision.s3_worker") -> None:
         self.every_s = every_s
+        self.helper = helper
         self.peak = 0
         self.peak_with_children = 0
         self.start_rss = 0
@@ -126,7 +128,8 @@ class RssSampler:
             children = 0
             for child in proc.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    children += child.memory_info().rss
+                    if self.helper in " ".join(child.cmdline()):
+                        children += child.memory_info().rss
             self.peak = max(self.peak, own)
             self.peak_with_children = max(self.peak_with_children, own + children)
             self._stop.wait(self.every_s)
