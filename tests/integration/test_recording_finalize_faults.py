@@ -14,10 +14,16 @@ import pytest
 import trio
 from prometheus_client import REGISTRY
 
+from actors.finalize_state import FinalizeCounts
+from actors.lock_keeper import CycleContext
+from actors.recording_finalize import JOB, run_finalize_cycle
+from supervision.app import open_resources
 from supervision.config import Config
 from supervision.devstack import S3Server
 from supervision.health import HEALTH
 from supervision.queries import QUERIES
+from supervision.s3_process import WorkerObjectStore
+from supervision.tree import finalize_job
 from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,
@@ -440,3 +446,63 @@ def assert_whole_or_untouched(conn: psycopg.Connection, ids: list[str], with_bin
             assert row["attempts"] == before[rid]["attempts"] + 1
             assert row["next_attempt_at"] > before[rid]["next_attempt_at"]
     return finished
+
+
+# ------------------------------------------------------------------- the S3 worker process
+
+
+async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_reconciles(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
+        s3_proxy: FaultProxy) -> None:
+    """SIGKILL of the S3 worker while four HEADs are in flight: those rows stay Pending with
+    their attempt and ``s3:s3_worker_exited``, no recording moves, the cycle still ends
+    normally; the next cycle starts a new worker and reconciles all four."""
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, **FAST_BACKOFF)
+    ids = stuck_recordings(conn, 4)
+    await put_recordings(s3_server, bucket, ids)
+    all_held = trio.Event()
+    is_head = heads_of(ids)
+
+    def held_head(req: HttpRequest) -> bool:
+        if not is_head(req):
+            return False
+        if held.hits + 1 == len(ids):  # this is the last one
+            all_held.set()
+        return True
+
+    held = HttpRule(held_head, latency=30)
+    s3_proxy.rules.append(held)
+    results: list[FinalizeCounts] = []
+    async with open_resources(cfg) as res:
+        job = finalize_job(res)
+        store = res.store
+        assert isinstance(store, WorkerObjectStore)
+
+        async def cycle() -> None:
+            results.append(await run_finalize_cycle(job, CycleContext(JOB, "run-1")))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cycle)
+            with trio.fail_after(10):
+                await all_held.wait()  # the proxy is holding all four HEADs
+            worker = store._worker
+            assert worker is not None
+            worker.process.kill()
+
+        assert counts_of(results[0]) == {"transient": 4}
+        rows = attempts_by_recording(conn)
+        assert {(r["status"], r["attempts"], r["last_error"]) for r in rows.values()} == {
+            ("Pending", 1, "s3:s3_worker_exited")}
+        assert {recording(conn, rid)["status"] for rid in ids} == {"Uploading"}
+        assert outbox_rows(conn) == [] and realtime_rows(conn) == []
+
+        s3_proxy.rules.clear()
+        for row in rows.values():
+            make_due(conn, str(row["id"]))
+        await trio.sleep(1.0)  # WorkerObjectStore starts at most one worker per second
+        counts = await run_finalize_cycle(job, CycleContext(JOB, "run-2"))
+
+    assert counts_of(counts) == {"reconciled": 4}
+    assert store.starts == 2
+    assert {recording(conn, rid)["status"] for rid in ids} == {"Available"}
+    assert len(outbox_rows(conn)) == 4
