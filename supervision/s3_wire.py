@@ -57,10 +57,10 @@ def encode_request(request_id: int, op: str, recording_id: str) -> bytes:
 
 
 def decode_request(line: bytes) -> tuple[int, str, str]:
-    try:
-        request_id, op, recording_id = json.loads(line)
-    except ValueError as exc:
-        raise WireError(f"bad request line: {type(exc).__name__}") from None
+    fields = _json_list(line, "request")
+    if len(fields) != 3:
+        raise WireError("bad request line: unexpected fields")
+    request_id, op, recording_id = fields
     if not isinstance(request_id, int) or op not in OPERATIONS \
             or not isinstance(recording_id, str):
         raise WireError("bad request line: unexpected fields")
@@ -92,13 +92,20 @@ def encode_answer(request_id: int, outcome: HeadOutcome) -> bytes:
 
 
 def decode_answer(line: bytes) -> tuple[int, HeadOutcome]:
-    try:
-        request_id, *fields = json.loads(line)
-    except ValueError as exc:
-        raise WireError(f"bad answer line: {type(exc).__name__}") from None
-    if not isinstance(request_id, int):
+    fields = _json_list(line, "answer")
+    if not fields or not isinstance(fields[0], int):
         raise WireError("bad answer line: no request id")
-    return request_id, decode_outcome(fields)
+    return fields[0], decode_outcome(fields[1:])
+
+
+def _json_list(line: bytes, what: str) -> list[Any]:
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        raise WireError(f"bad {what} line: {type(exc).__name__}") from None
+    if not isinstance(value, list):
+        raise WireError(f"bad {what} line: not a JSON array")
+    return value
 
 
 def _line(value: Any) -> bytes:

@@ -53,11 +53,14 @@ def test_request_round_trip_and_unknown_operation_is_rejected() -> None:
     assert decode_request(line) == (3, OP_OBJECT, "a b\n\"c\"")
     with pytest.raises(WireError, match="unexpected fields"):
         decode_request(json.dumps([3, "delete", "x"]).encode())
+    for line in (b"7", b'{"a": 1, "b": 2, "c": 3}', b"[1, 2]"):
+        with pytest.raises(WireError):
+            decode_request(line)
 
 
 @pytest.mark.parametrize("line", [
-    b"not json", b"[]", b'["x","missing"]', b'[1,"found","k","big","Webm",3]',
-    b'[1,"exploded","boom"]', b'[1,"transient"]',
+    b"not json", b"[]", b"5", b'{"1": "missing"}', b'["x","missing"]',
+    b'[1,"found","k","big","Webm",3]', b'[1,"exploded","boom"]', b'[1,"transient"]',
 ])
 def test_malformed_answers_are_wire_errors(line: bytes) -> None:
     """Garbage from the worker is reported as a WireError, never as an outcome."""
