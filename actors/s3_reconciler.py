@@ -13,6 +13,10 @@ attempted, so they are given back untouched (attempts and next_attempt_at as bef
 claim), as after a configuration fault. Only rows whose HEAD really failed keep the
 attempt they were claimed with.
 
+When no S3 worker process can run (it died and may not restart yet, or cannot start),
+nothing is sent: the row is given back untouched and the breaker opens, so a broken
+worker spends no attempts; the next cycle's probe starts a new one.
+
 What cancellation does: a HEAD in flight is abandoned; its row stays Pending with the
 attempt pre-incremented at claim and is retried after its back-off.
 """
@@ -25,6 +29,7 @@ import trio
 from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome
 from actors.finalize_state import Breaker
 from supervision.objectstore import Fault, HeadOutcome, ObjectStore, Transient
+from supervision.s3_process import NOT_SENT
 
 log = structlog.get_logger("s3_reconciler")
 REQUESTS_PER_CONNECTION = 2
@@ -52,6 +57,9 @@ async def serve_s3_reconciler(
                 outcome = await store.head_recording(row.recording_id)
                 if isinstance(outcome, Fault):
                     breaker.trip(outcome.error)
+                elif outcome == Transient(NOT_SENT):  # no S3 worker: nothing went out
+                    breaker.trip()
+                    outcome = NotAttempted(NOT_SENT)
                 else:
                     breaker.record(isinstance(outcome, Transient))
             await outbox.send(RowOutcome(row, outcome))

@@ -15,8 +15,8 @@ written to its stdin. If it dies, every request in flight answers ``Transient
 ("s3_worker_exited")`` — the rows keep their attempt and are retried after their back-off,
 and the breaker stops the cycle if it keeps happening — and the next request starts a new
 one (at most one start per :data:`RESPAWN_INTERVAL`; in between, requests answer
-``Transient("s3_worker_unavailable")``). A request with no answer after
-``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
+``Transient(NOT_SENT)``, which the reconciler treats as not attempted). A request with no
+answer after ``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
 
 What cancellation does: a cancelled request forgets its id; the late answer is dropped.
 Leaving the context closes the worker's stdin (it exits on end of input), waits up to
@@ -55,6 +55,8 @@ from supervision.s3_wire import (
 log = structlog.get_logger("s3_worker")
 
 WORKER_COMMAND = (sys.executable, "-m", "supervision.s3_worker")
+# The answer when no worker runs: nothing was sent, so the row was not attempted.
+NOT_SENT = "s3_worker_unavailable"
 RESPAWN_INTERVAL = 1.0
 CLOSE_TIMEOUT = 3.0
 _READ_SIZE = 64 * 1024
@@ -133,7 +135,7 @@ class WorkerObjectStore:
     async def _request(self, op: str, recording_id: str) -> HeadOutcome:
         worker = await self._running_worker()
         if worker is None:
-            return Transient("s3_worker_unavailable")
+            return Transient(NOT_SENT)
         request_id = next(self._ids)
         waiter = worker.waiting[request_id] = _Waiter()
         try:

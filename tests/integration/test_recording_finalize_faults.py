@@ -454,20 +454,22 @@ def assert_whole_or_untouched(conn: psycopg.Connection, ids: list[str], with_bin
 async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_reconciles(
         db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
         s3_proxy: FaultProxy) -> None:
-    """SIGKILL of the S3 worker while four HEADs are in flight: those rows stay Pending with
-    their attempt and ``s3:s3_worker_exited``, no recording moves, the cycle still ends
-    normally; the next cycle starts a new worker and reconciles all four."""
-    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, **FAST_BACKOFF)
-    ids = stuck_recordings(conn, 4)
+    """SIGKILL of the S3 worker mid-cycle (s3.concurrency 2: two HEADs on the wire, two
+    queued in the worker, four rows still in the pool's channel). The four sent rows stay
+    Pending with their attempt and ``s3:s3_worker_exited``; the four never sent are given
+    back untouched (no worker may start yet: nothing went out); no recording moves and
+    the cycle ends normally. The next cycle starts a new worker and reconciles all eight."""
+    cfg = proxied(db_dsn, s3_server, bucket, s3_proxy, s3={"concurrency": 2}, **FAST_BACKOFF)
+    ids = stuck_recordings(conn, 8)
     await put_recordings(s3_server, bucket, ids)
-    all_held = trio.Event()
+    on_the_wire = trio.Event()
     is_head = heads_of(ids)
 
     def held_head(req: HttpRequest) -> bool:
         if not is_head(req):
             return False
-        if held.hits + 1 == len(ids):  # this is the last one
-            all_held.set()
+        if held.hits + 1 == cfg.s3.concurrency:  # this one fills the last connection
+            on_the_wire.set()
         return True
 
     held = HttpRule(held_head, latency=30)
@@ -484,15 +486,16 @@ async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_rec
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cycle)
             with trio.fail_after(10):
-                await all_held.wait()  # the proxy is holding all four HEADs
+                await on_the_wire.wait()
             worker = store._worker
             assert worker is not None
             worker.process.kill()
 
-        assert counts_of(results[0]) == {"transient": 4}
+        assert (results[0].transient, results[0].deferred) == (4, 4)
         rows = attempts_by_recording(conn)
-        assert {(r["status"], r["attempts"], r["last_error"]) for r in rows.values()} == {
-            ("Pending", 1, "s3:s3_worker_exited")}
+        states = sorted((r["status"], r["attempts"], r["last_error"] or "")
+                        for r in rows.values())
+        assert states == [("Pending", 0, "")] * 4 + [("Pending", 1, "s3:s3_worker_exited")] * 4
         assert {recording(conn, rid)["status"] for rid in ids} == {"Uploading"}
         assert outbox_rows(conn) == [] and realtime_rows(conn) == []
 
@@ -502,7 +505,7 @@ async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_rec
         await trio.sleep(1.0)  # WorkerObjectStore starts at most one worker per second
         counts = await run_finalize_cycle(job, CycleContext(JOB, "run-2"))
 
-    assert counts_of(counts) == {"reconciled": 4}
+    assert counts_of(counts) == {"reconciled": 8}
     assert store.starts == 2
     assert {recording(conn, rid)["status"] for rid in ids} == {"Available"}
-    assert len(outbox_rows(conn)) == 4
+    assert len(outbox_rows(conn)) == 8
