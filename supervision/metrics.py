@@ -55,6 +55,9 @@ RF_QUARANTINED_ROWS = Gauge(
 S3_BREAKER_OPEN = Gauge(
     "safetynet_s3_breaker_open",
     "1 while the object-storage outage breaker stops claiming reconcile work.")
+S3_WORKER_STARTS = Counter(
+    "safetynet_s3_worker_starts",
+    "S3 worker processes started (the first one, then one per restart after a crash).")
 
 # ---- outbox relay (SPEC §8)
 OUTBOX_PUBLISHED = Counter(

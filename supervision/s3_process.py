@@ -41,6 +41,7 @@ import trio
 
 from supervision.config import S3Config
 from supervision.errors import WireError
+from supervision.metrics import S3_WORKER_STARTS
 from supervision.objectstore import Fault, Found, HeadOutcome, Transient
 from supervision.s3_wire import (
     OP_BUCKET,
@@ -170,6 +171,7 @@ class WorkerObjectStore:
         requests_send.send_nowait(encode_settings(self._cfg))
         worker = _Worker(process, requests_send)
         self.starts += 1
+        S3_WORKER_STARTS.inc()
         if self.starts > 1:
             log.warning("s3_worker_restarted", starts=self.starts)
         self._nursery.start_soon(self._serve, worker, requests_recv)

@@ -76,6 +76,10 @@ def breaker_gauge() -> float | None:
     return REGISTRY.get_sample_value("safetynet_s3_breaker_open")
 
 
+def worker_starts() -> float:
+    return REGISTRY.get_sample_value("safetynet_s3_worker_starts_total") or 0.0
+
+
 def heads_of(recording_ids: list[str]) -> Callable[[HttpRequest], bool]:
     """HEADs of these recordings' objects only: never the bucket HEAD (nor any other key a
     probe might use), so the cycle still starts and claims."""
@@ -475,6 +479,7 @@ async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_rec
     held = HttpRule(held_head, latency=30)
     s3_proxy.rules.append(held)
     results: list[FinalizeCounts] = []
+    starts_before = worker_starts()
     async with open_resources(cfg) as res:
         job = finalize_job(res)
         store = res.store
@@ -506,6 +511,6 @@ async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_rec
         counts = await run_finalize_cycle(job, CycleContext(JOB, "run-2"))
 
     assert counts_of(counts) == {"reconciled": 8}
-    assert store.starts == 2
+    assert store.starts == 2 and worker_starts() - starts_before == 2
     assert {recording(conn, rid)["status"] for rid in ids} == {"Available"}
     assert len(outbox_rows(conn)) == 8
