@@ -68,6 +68,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,28 +200,38 @@ def db_state(dsn: str) -> tuple[int, ...]:
 # ------------------------------------------------------------------------------ S3 side
 
 
+async def for_each(items: list[str], tasks: int,
+                   fn: Callable[[str], Awaitable[object]]) -> float:
+    """Seconds for *tasks* Trio tasks to ``await fn(item)`` for every item, sharing them."""
+    send, recv = trio.open_memory_channel[str](len(items))
+    for item in items:
+        send.send_nowait(item)
+    send.close()
+
+    async def worker() -> None:
+        async for item in recv:
+            await fn(item)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(tasks):
+            nursery.start_soon(worker)
+    return time.perf_counter() - started
+
+
 async def upload(s3: S3Server, keys: list[str], concurrency: int = 16) -> float:
     """PUT the binaries the recorder would have uploaded (64 bytes, audio/ogg, duration)."""
     c = s3.credentials
     auth = AWS4Auth(c.access_key_id, c.secret_access_key, c.region, "s3")
-    send, recv = trio.open_memory_channel[str](len(keys))
-    for key in keys:
-        send.send_nowait(key)
-    send.close()
-    started = time.perf_counter()
     async with httpx.AsyncClient(base_url=s3.endpoint_url, auth=auth, timeout=30) as client:
 
-        async def worker() -> None:
-            async for key in recv:
-                response = await client.put(
-                    f"/{BUCKET}/{key}", content=b"OggS" + b"\0" * 60,
-                    headers={"Content-Type": "audio/ogg", "x-amz-meta-duration-seconds": "42"})
-                response.raise_for_status()
+        async def put(key: str) -> None:
+            response = await client.put(
+                f"/{BUCKET}/{key}", content=b"OggS" + b"\0" * 60,
+                headers={"Content-Type": "audio/ogg", "x-amz-meta-duration-seconds": "42"})
+            response.raise_for_status()
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
-    return time.perf_counter() - started
+        return await for_each(keys, concurrency, put)
 
 
 class TimedStore:
@@ -248,25 +259,18 @@ class TimedStore:
 
 async def s3_ceiling(cfg: Config, recording_ids: list[str]
                      ) -> tuple[float, Counter[str], TimedStore]:
-    """Seconds for signed HEADs of *recording_ids* from s3.concurrency tasks, no database."""
+    """Seconds for signed HEADs of *recording_ids* from as many tasks as the drain's
+    reconciler pool, no database."""
     outcomes: Counter[str] = Counter()
-    send, recv = trio.open_memory_channel[str](len(recording_ids))
-    for r in recording_ids:
-        send.send_nowait(r)
-    send.close()
     async with open_object_store(cfg.s3) as raw_store:
         store = TimedStore(raw_store)
         await store.head_bucket()  # one connection up, as the cycle's probe does
 
-        async def worker() -> None:
-            async for r in recv:
-                outcomes[type(await store.head_recording(r)).__name__] += 1
+        async def head(r: str) -> None:
+            outcomes[type(await store.head_recording(r)).__name__] += 1
 
-        started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(pool_size(cfg.s3.concurrency)):
-                nursery.start_soon(worker)
-        return time.perf_counter() - started, outcomes, store
+        seconds = await for_each(recording_ids, pool_size(cfg.s3.concurrency), head)
+        return seconds, outcomes, store
 
 
 async def httpx_ceiling(cfg: Config, recording_ids: list[str]) -> float:
@@ -276,24 +280,15 @@ async def httpx_ceiling(cfg: Config, recording_ids: list[str]) -> float:
     c = cfg.s3
     auth = AWS4Auth(c.access_key_id.reveal(), c.secret_access_key.reveal(), c.region, "s3")
     limits = httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency)
-    send, recv = trio.open_memory_channel[str](len(recording_ids))
-    for r in recording_ids:
-        send.send_nowait(r)
-    send.close()
     async with httpx.AsyncClient(base_url=c.endpoint_url, auth=auth, limits=limits,
                                  timeout=c.timeout) as client:
         await client.head(f"/{BUCKET}")
 
-        async def worker() -> None:
-            async for r in recv:
-                status = (await client.head(f"/{BUCKET}/{PREFIX}{r}")).status_code
-                assert status in (200, 404), status
+        async def head(r: str) -> None:
+            status = (await client.head(f"/{BUCKET}/{PREFIX}{r}")).status_code
+            assert status in (200, 404), status
 
-        started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(c.concurrency):
-                nursery.start_soon(worker)
-        return len(recording_ids) / (time.perf_counter() - started)
+        return len(recording_ids) / await for_each(recording_ids, c.concurrency, head)
 
 
 # ------------------------------------------------------------------------------ drains

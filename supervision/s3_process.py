@@ -110,9 +110,6 @@ class WorkerObjectStore:
         self.starts = 0
         self.answer_timeout = 3 * cfg.timeout + 5
 
-    def key_for(self, recording_id: str) -> str:
-        return f"{self._cfg.key_prefix}{recording_id}"
-
     async def head_bucket(self) -> Found | Transient | Fault:
         outcome = await self._request(OP_BUCKET, "")
         assert isinstance(outcome, Found | Transient | Fault)

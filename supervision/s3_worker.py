@@ -178,8 +178,6 @@ class CurlPool:
     def wait(self, stdin: int | None) -> bool:
         """Sleep until a socket or *stdin* is ready or curl wants a timer; True when
         *stdin* is readable."""
-        if self._queued and self._idle:
-            return False
         readable, writable, failed = self._multi.fdset()
         timeout_ms = self._multi.timeout()
         timeout = IDLE_WAIT if timeout_ms < 0 else min(IDLE_WAIT, timeout_ms / 1000)

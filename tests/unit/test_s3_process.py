@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from supervision.config import S3Config
 from supervision.objectstore import Missing, Transient
 from supervision.s3_process import open_object_store
 from supervision.secrets import Secret
+from tests.waiting import wait_until
 
 FAKE = (sys.executable, str(Path(__file__).parents[1] / "fake_s3_worker.py"))
 CFG = S3Config(endpoint_url="http://127.0.0.1:9", access_key_id=Secret("AKIDFAKE"),
@@ -140,10 +140,7 @@ def test_worker_exits_when_the_daemon_is_killed(tmp_path: Path) -> None:
         worker_pid = int(daemon.stdout.readline())
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait(5)
-        deadline = time.monotonic() + 5
-        while _alive(worker_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(worker_pid)
+        wait_until(lambda: not _alive(worker_pid), 5, "the orphaned S3 worker to exit")
     finally:
         daemon.kill()
         daemon.wait()
