@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install dev test lint types pytest clean
+.PHONY: install dev test lint types pytest reliability-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,5 +31,11 @@ pytest: $(STAMP)
 
 test: lint types pytest
 
+# The chaos suite, then its figures published to docs/reliability.md (on purpose only:
+# a test run writes its figures under build/ and leaves the tree clean).
+reliability-report: $(STAMP)
+	$(PY) -m pytest -m chaos tests/chaos
+	$(PY) -m tests.chaos.report
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

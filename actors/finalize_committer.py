@@ -48,6 +48,7 @@ from actors.finalize_store import (
     record_transient,
     unclaim,
 )
+from actors.s3.objectstore import Found, Missing, Poison, Transient
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database, DataProblem
 from supervision.metrics import (
@@ -57,7 +58,6 @@ from supervision.metrics import (
     RF_REPUBLISHED,
     RF_TRANSIENT,
 )
-from supervision.objectstore import Found, Missing, Poison, Transient
 from supervision.tracing import span
 
 log = structlog.get_logger("finalize_committer")

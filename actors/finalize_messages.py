@@ -11,7 +11,7 @@ from typing import TypeAlias
 
 import attrs
 
-from supervision.objectstore import Fault, Found, Missing, Poison, Transient
+from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 
 
 @attrs.frozen

@@ -23,10 +23,11 @@ release fails, closing the connection releases it server-side.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 import psycopg
@@ -40,6 +41,19 @@ from supervision.ticker import Ticker
 from supervision.wakeup import Wakeup
 
 log = structlog.get_logger("lock_keeper")
+
+R = TypeVar("R")
+
+
+class CycleStatus(enum.StrEnum):
+    """How one tick of a lock keeper went."""
+
+    RAN = "ran"
+    SKIPPED_LOCKED = "skipped_locked"  # another process holds the job's lock
+    NO_CONNECTION = "no_connection"  # the lock connection could not be opened
+    LOST_LOCK = "lost_lock"  # the lock session died mid-cycle; the cycle was cancelled
+    OVERRAN = "overran"  # the cycle hit lock_ttl and was cancelled
+    INFRASTRUCTURE_ERROR = "infrastructure_error"  # a server went away mid-cycle
 
 
 def lock_key(job: str) -> int:
@@ -57,11 +71,13 @@ class CycleContext:
 
 
 @attrs.frozen
-class LockedJob:
+class LockedJob(Generic[R]):
+    """One job under a lock keeper: its timing and the coroutine that runs one cycle."""
+
     name: str
     interval: float
     lock_ttl: float
-    cycle: Callable[[CycleContext], Awaitable[Any]]
+    cycle: Callable[[CycleContext], Awaitable[R]]
     first_delay: float = 0.5
     ping_interval: float = 0.25
     ping_timeout: float = 0.75
@@ -75,17 +91,17 @@ class LockedJob:
 
 
 @attrs.frozen
-class CycleOutcome:
-    """How one tick went: ran, skipped_locked, lost_lock, overran, no_connection,
-    infrastructure_error."""
+class CycleOutcome(Generic[R]):
+    """How one tick went; ``result`` is the cycle's own result when it ran."""
 
-    status: str
+    status: CycleStatus
     job_run_id: str | None = None
-    result: Any = None
+    result: R | None = None
 
 
-class _LockConnection:
-    """The keeper's own connection, used only from worker threads one call at a time."""
+class LockConnection:
+    """The keeper's own connection (advisory locks are session-level), used only from
+    worker threads one call at a time; ``discard`` ends the session and so every lock."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -123,7 +139,7 @@ class _LockConnection:
             conn.close()  # ends the session: the server releases every lock it held
 
 
-async def run_locked_cycle(job: LockedJob, lock: _LockConnection) -> CycleOutcome:
+async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutcome[R]:
     """One tick: lock, cycle under the TTL with the watchdog, unlock."""
     try:
         got = await lock.query("advisory_lock_try", job.key, limit=5.0)
@@ -132,16 +148,16 @@ async def run_locked_cycle(job: LockedJob, lock: _LockConnection) -> CycleOutcom
         lock.failures += 1
         log.warning("lock_connection_failed", job=job.name, error=type(exc).__name__,
                     failures=lock.failures)
-        return CycleOutcome("no_connection")
+        return CycleOutcome(CycleStatus.NO_CONNECTION)
     lock.failures = 0
     if not got:
         log.info("cycle_skipped_locked", job=job.name)
-        return CycleOutcome("skipped_locked")
+        return CycleOutcome(CycleStatus.SKIPPED_LOCKED)
 
     run_id = str(uuid.uuid4())
     LOCK_HELD.labels(job=job.name).set(1)
     lost = False
-    result: Any = None
+    result: R | None = None
     try:
         with structlog.contextvars.bound_contextvars(job=job.name, job_run_id=run_id):
             async with trio.open_nursery() as nursery:
@@ -170,13 +186,13 @@ async def run_locked_cycle(job: LockedJob, lock: _LockConnection) -> CycleOutcom
         with trio.CancelScope(shield=True):
             await _release(job, lock, lost)
     if lost:
-        return CycleOutcome("lost_lock", run_id)
+        return CycleOutcome(CycleStatus.LOST_LOCK, run_id)
     if ttl_scope.cancelled_caught:
-        return CycleOutcome("overran", run_id)
-    return CycleOutcome("ran", run_id, result)
+        return CycleOutcome(CycleStatus.OVERRAN, run_id)
+    return CycleOutcome(CycleStatus.RAN, run_id, result)
 
 
-async def _release(job: LockedJob, lock: _LockConnection, lost: bool) -> None:
+async def _release(job: LockedJob[Any], lock: LockConnection, lost: bool) -> None:
     if lost:
         lock.discard()
         return
@@ -187,10 +203,10 @@ async def _release(job: LockedJob, lock: _LockConnection, lost: bool) -> None:
 
 
 async def serve_lock_keeper(
-    job: LockedJob, dsn: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    job: LockedJob[Any], dsn: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Run *job*'s cycles under its advisory lock until cancelled."""
-    lock = _LockConnection(dsn)
+    lock = LockConnection(dsn)
     ticker = Ticker(job.interval, job.first_delay)
     LOCK_HELD.labels(job=job.name).set(0)
     task_status.started()
@@ -207,10 +223,11 @@ async def serve_lock_keeper(
                 failed_cycles += 1
                 log.warning("cycle_failed", job=job.name, failures=failed_cycles,
                             error=str(group.exceptions[0])[:200])
-                outcome = CycleOutcome("infrastructure_error")
+                outcome = CycleOutcome(CycleStatus.INFRASTRUCTURE_ERROR)
             else:
                 failed_cycles = 0
-            failures = lock.failures if outcome.status == "no_connection" else failed_cycles
+            no_connection = outcome.status == CycleStatus.NO_CONNECTION
+            failures = lock.failures if no_connection else failed_cycles
             if failures:
                 delay = min(job.reconnect_cap, job.reconnect_base * 2 ** (failures - 1))
                 await trio.sleep(delay)

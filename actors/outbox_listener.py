@@ -10,6 +10,11 @@ sends no FIN): TCP keepalives and a ``SELECT 1`` every ``check_every`` seconds f
 and the listener reconnects with back-off. Meanwhile the relay's ``poll_interval``
 fallback keeps publishing, so a dead LISTEN never stalls anything.
 
+Started: once ``LISTEN`` is in place, so a commit after ``nursery.start`` returns always
+wakes the relay (tests rely on it instead of sleeping); or, when the first connection
+fails, at once, so a database that is down at boot does not hold up the rest of the tree
+(the relay's poll fallback covers it until the listener reconnects).
+
 What cancellation does: the worker thread is told to stop and the connection is closed.
 """
 
@@ -47,7 +52,7 @@ async def serve_outbox_listener(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen until cancelled, reconnecting with back-off; never raises on a lost server."""
-    task_status.started()
+    started = False
     failures = 0
     while True:
         stop = threading.Event()
@@ -57,6 +62,9 @@ async def serve_outbox_listener(
                 lambda: psycopg.connect(make_conninfo(dsn, **KEEPALIVES), autocommit=True),
                 abandon_on_cancel=True)
             await trio.to_thread.run_sync(live.execute, QUERIES["outbox_listen"])
+            if not started:
+                started = True
+                task_status.started()
             if failures:
                 log.info("outbox_listener_reconnected", failures=failures)
             failures = 0
@@ -67,6 +75,9 @@ async def serve_outbox_listener(
         except (psycopg.Error, OSError) as exc:
             failures += 1
             log.warning("outbox_listener_lost", error=type(exc).__name__, failures=failures)
+            if not started:
+                started = True
+                task_status.started()
         finally:
             stop.set()
             if conn is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -36,9 +37,17 @@ from psycopg.rows import dict_row
 
 from actors.finalize_store import event_id
 from actors.kafka_producer import KafkaProducer, OutMessage, SendResult
-from actors.lock_keeper import CycleContext
+from actors.lock_keeper import (
+    CycleContext,
+    CycleOutcome,
+    CycleStatus,
+    LockConnection,
+    LockedJob,
+    run_locked_cycle,
+)
 from supervision.config import OutboxRelayConfig
 from supervision.database import Database
+from supervision.errors import InfrastructureError
 from supervision.metrics import (
     OUTBOX_DEAD_LETTERED,
     OUTBOX_PUBLISH_FAILED,
@@ -58,6 +67,11 @@ class RelayCounts:
 
     def as_json(self) -> dict[str, int]:
         return attrs.asdict(self)
+
+    def add(self, other: RelayCounts) -> None:
+        self.published += other.published
+        self.failed += other.failed
+        self.duration_ms += other.duration_ms
 
 
 @attrs.define
@@ -160,6 +174,25 @@ async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
         job.state.retention_due_at = trio.current_time() + job.retention_every
         await apply_retention(job)
     return counts
+
+
+async def run_relay_until_drained(
+    job: RelayJob, locked: LockedJob[RelayCounts], lock: LockConnection
+) -> CycleOutcome[RelayCounts]:
+    """``safetynet run-once --job outbox-relay``: relay cycles under the relay's lock until
+    a cycle publishes nothing; the summed counts. Kafka unreachable is an
+    :class:`InfrastructureError` (rows stay unpublished), not an empty success."""
+    locked = attrs.evolve(locked, cycle=partial(run_relay_cycle, job))
+    total = RelayCounts()
+    while True:
+        outcome = await run_locked_cycle(locked, lock)
+        if outcome.status != CycleStatus.RAN or outcome.result is None:
+            return outcome
+        total.add(outcome.result)
+        if job.state.kafka_failures:
+            raise InfrastructureError("kafka: unreachable; rows stay unpublished")
+        if outcome.result.published == 0:
+            return CycleOutcome(CycleStatus.RAN, outcome.job_run_id, total)
 
 
 def delete_published(conn: psycopg.Connection, retention: float, limit: int) -> int:

@@ -33,6 +33,7 @@ from actors.finalize_state import Breaker, FinalizeCounts
 from actors.finalize_store import db_now
 from actors.gauge_refresher import refresh_finalize
 from actors.lock_keeper import CycleContext
+from actors.s3.objectstore import Fault, ObjectStore, Transient
 from actors.s3_reconciler import pool_size, serve_s3_reconciler
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
@@ -42,7 +43,6 @@ from supervision.metrics import (
     RF_RUNS,
     S3_BREAKER_OPEN,
 )
-from supervision.objectstore import Fault, ObjectStore, Transient
 from supervision.tracing import span
 from supervision.wakeup import no_wakeup
 

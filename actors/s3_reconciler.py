@@ -28,8 +28,8 @@ import trio
 
 from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome
 from actors.finalize_state import Breaker
-from supervision.objectstore import Fault, HeadOutcome, ObjectStore, Transient
-from supervision.s3_process import NOT_SENT
+from actors.s3.objectstore import Fault, HeadOutcome, ObjectStore, Transient
+from actors.s3.process import NOT_SENT
 
 log = structlog.get_logger("s3_reconciler")
 REQUESTS_PER_CONNECTION = 2

@@ -112,7 +112,7 @@ class RssSampler:
     *helper* — the S3 worker, not the servers the benchmark started — sampled together
     (``peak_with_children``)."""
 
-    def __init__(self, every_s: float = 0.01, helper: str = "supervision.s3_worker") -> None:
+    def __init__(self, every_s: float = 0.01, helper: str = "actors.s3.worker") -> None:
         self.every_s = every_s
         self.helper = helper
         self.peak = 0

@@ -34,7 +34,7 @@ crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples of t
 holding the GIL (where the Python CPU goes) when py-spy is installed (``pip install
 py-spy``).
 
-It starts its own PostgreSQL and Tansu (``supervision.devstack``, in a temp dir) and
+It starts its own PostgreSQL and Tansu (``supervision.dev.stack``, in a temp dir) and
 always stops them. Run:
 
     cd /work/main && .venv/bin/python bench/outbox_relay.py [--rows 20000] [--rounds 3]
@@ -76,13 +76,13 @@ from bench._measure import (
     py_spy_report,
     spread,
 )
-from supervision.app import open_resources, run_once
+from supervision.app.daemon import open_resources, run_once
+from supervision.app.tree import relay_locked_job
 from supervision.bridge import run_asyncio
 from supervision.config import Config, config_from_dict
-from supervision.devstack import KafkaServer, PostgresServer, start_all, stop_all
+from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
-from supervision.tree import relay_locked_job
 from tests.messenger import read_topic
 
 EVENT_TYPE = "CallRecordingAvailable"

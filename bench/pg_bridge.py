@@ -17,7 +17,7 @@ the Trio scope is cancelled after 0.1 s: soft (abandon_on_cancel=False: Trio wai
 transaction commits) and hard (the cancellation also calls conn.cancel_safe(): the server
 aborts the statement, the thread gets QueryCanceled and rolls back).
 
-It starts its own PostgreSQL (supervision.devstack.PostgresServer: loopback TCP, fsync and
+It starts its own PostgreSQL (supervision.dev.stack.PostgresServer: loopback TCP, fsync and
 synchronous_commit off, so commits are cheap and the numbers mostly show round trips and
 bridge overhead) and always stops it.  Run:
 
@@ -42,7 +42,7 @@ import psycopg
 import trio
 from psycopg.types.json import Jsonb
 
-from supervision.devstack import PostgresServer
+from supervision.dev.stack import PostgresServer
 
 SCHEMA = """
 CREATE TABLE rec (id uuid PRIMARY KEY, status varchar(16) NOT NULL, file_id text,

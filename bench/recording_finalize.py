@@ -49,7 +49,7 @@ timed on both sides of its thread crossing, and one drain sampled by py-spy (the
 GIL-holding thread of this process: where the Python CPU goes) when py-spy is installed
 (``pip install py-spy``).
 
-It starts its own PostgreSQL and SeaweedFS (``supervision.devstack``, in a temp dir) and
+It starts its own PostgreSQL and SeaweedFS (``supervision.dev.stack``, in a temp dir) and
 always stops them. Run:
 
     cd /work/main && .venv/bin/python bench/recording_finalize.py [--rows 5000] [--rounds 2]
@@ -83,6 +83,7 @@ from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_headers
 from actors.lock_keeper import CycleContext
 from actors.recording_finalize import JOB, FinalizeJob, run_finalize_cycle
+from actors.s3.process import open_object_store
 from actors.s3_reconciler import pool_size
 from bench._measure import (
     CpuMeter,
@@ -94,13 +95,12 @@ from bench._measure import (
     ru_maxrss_bytes,
     spread,
 )
-from supervision.app import POOL_SIZE, open_resources
+from supervision.app.daemon import POOL_SIZE, open_resources
 from supervision.config import Config, config_from_dict
-from supervision.devstack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
+from supervision.dev.stack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from supervision.queries import QUERIES
-from supervision.s3_process import open_object_store
 from tests.messenger import PREFIX
 
 BUCKET = "bench-recordings"

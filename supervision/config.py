@@ -1,12 +1,13 @@
 """Configuration: TOML files merged in order, ``SAFETYNET__SECTION__KEY`` overrides, validation.
 
->>> cfg = load_config([Path("config/dev.toml")], env={"SAFETYNET__POSTGRES__DSN": "postgresql://x"})
+>>> cfg = load_config([Path("config/production.example.toml")],
+...                   env={"SAFETYNET__POSTGRES__DSN": "postgresql://x"})
 >>> cfg.jobs.recording_finalize.batch_size
 100
 
 Every setting is a field of a frozen attrs class below; its metadata carries the
 documentation, the kind of value (duration, secret) and its checks, so the loader, the
-README reference and ``check-config`` are all generated from this one place. Loading
+docs/configuration.md reference and ``check-config`` are all generated from this one place. Loading
 collects *every* problem before failing, one line per problem naming the key.
 """
 
@@ -503,7 +504,7 @@ class SettingDoc:
 
 
 def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[SettingDoc]:
-    """Every setting with its type, default and doc: the README reference is made from it."""
+    """Every setting with its type, default and doc: docs/configuration.md is made from it."""
     rows: list[SettingDoc] = []
     hints = attrs.fields_dict(attrs.resolve_types(cls))
     for name, field in hints.items():
@@ -529,7 +530,7 @@ def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[Settin
 
 
 def reference_markdown() -> str:
-    """The configuration reference table, as it stands in README.md."""
+    """The configuration reference table, as it stands in docs/configuration.md."""
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for row in settings_reference():
         lines.append(f"| `{row.key}` | {row.type} | `{row.default}` | {row.doc} |")

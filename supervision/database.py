@@ -5,7 +5,7 @@
 
 Why threads and not psycopg's AsyncConnection over trio-asyncio: the whole transaction
 crosses into a thread once, while the asyncio bridge pays per statement; measured in
-``bench/pg_bridge.py`` (see README) the thread design is clearly faster. A unit of work
+``bench/pg_bridge.py`` (see docs/benchmarks.md) the thread design is clearly faster. A unit of work
 is a plain function ``fn(conn, *args)`` that runs inside ``conn.transaction()``: it
 commits when *fn* returns and rolls back when it raises.
 

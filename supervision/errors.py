@@ -31,9 +31,5 @@ class InfrastructureError(SafetynetError):
     """A server safetynet depends on (PostgreSQL, S3, Kafka) failed or is unreachable."""
 
 
-class ConfigurationFault(SafetynetError):
-    """A dependency is misconfigured (missing bucket, access denied); retrying will not help."""
-
-
 class WireError(SafetynetError):
     """A line on the S3 worker pipe could not be understood."""

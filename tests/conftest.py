@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 from supervision.config import Config, config_from_dict
-from supervision.devstack import KafkaServer, PostgresServer, S3Server
+from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from tests.logscan import KNOWN_SECRETS, leaks

@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m supervision.s3_worker`` that misbehaves on request.
+"""A stand-in for ``python -m actors.s3.worker`` that misbehaves on request.
 
 The recording id of each request picks the behaviour: ``die`` exits 3, ``silent`` never
 answers, ``garbage`` answers a line that is not JSON, ``linger`` makes it ignore the end

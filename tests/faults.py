@@ -46,7 +46,7 @@ import pytest
 import stamina
 import trio
 
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 
 SLOW_DOWN = {"x-amz-error-code": "SlowDown"}
 _HEAD_END = b"\r\n\r\n"

@@ -1,4 +1,4 @@
-"""Session-scoped pytest fixtures that run the real dev stack (see ``supervision.devstack``).
+"""Session-scoped pytest fixtures that run the real dev stack (see ``supervision.dev.stack``).
 
 Nothing starts until a test asks for ``pg_server``, ``kafka_server``, ``s3_server`` or
 ``dev_stack``; each server then starts once per session and is stopped at session end
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision.devstack import (
+from supervision.dev.stack import (
     DevStack,
     KafkaServer,
     PostgresServer,

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from actors.finalize_store import event_id
-from supervision.devstack import KafkaServer, S3Server, free_ports
+from supervision.dev.stack import KafkaServer, S3Server, free_ports
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.chaos.daemon import Daemons, ProxyThread, scalar
 from tests.chaos.ledger import Offsets, end_offsets, read_ledger
@@ -26,11 +26,13 @@ LIMITS = Limits(sla_s=0, max_attempts=8, empty_room_grace_s=5, provision_timeout
 
 @pytest.fixture(scope="session", autouse=True)
 def reliability_doc() -> Iterator[None]:
-    """After the chaos tests ran, re-render docs/reliability.md from the figures they wrote
-    (what `python -m tests.chaos.report` does), so the doc never lags the JSON."""
+    """After the chaos tests ran, render build/reliability.md from the figures they wrote
+    under build/ (the committed docs/reliability.md changes only by `make
+    reliability-report`), so a test run leaves the tree clean."""
     yield
     figures = load()
     if figures:
+        DOC.parent.mkdir(parents=True, exist_ok=True)
         DOC.write_text(render(figures))
 
 

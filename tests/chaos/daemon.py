@@ -25,7 +25,7 @@ import tomli_w
 import trio
 from httpx_auth import AWS4Auth
 
-from supervision.devstack import S3Server, free_ports
+from supervision.dev.stack import S3Server, free_ports
 from supervision.queries import QUERIES
 from tests.faults import FaultProxy
 from tests.logscan import KNOWN_SECRETS, leaks
@@ -44,8 +44,8 @@ def daemon_config(dsn: str, *, s3_url: str, s3: S3Server, bucket: str,
                   finalize: dict[str, Any] | None = None,
                   reaper: dict[str, Any] | bool = True, s3_timeout: str = "2s",
                   **sections: dict[str, Any]) -> dict[str, Any]:
-    """Short intervals (as config/dev.toml), SLA 0, fast back-off; the relay runs only when
-    a Kafka address is given (or *relay* says so)."""
+    """Short intervals (as the demo's supervision/dev/demo.toml), SLA 0, fast back-off;
+    the relay runs only when a Kafka address is given (or *relay* says so)."""
     creds = s3.credentials
     rf: dict[str, Any] = {"polling_interval": "1s", "batch_size": 100,
                           "finalize_sla_timeout": "0s", "backoff_base": "200ms",
@@ -79,7 +79,7 @@ def daemon_config(dsn: str, *, s3_url: str, s3: S3Server, bucket: str,
 
 
 class Daemon:
-    """One `python -m supervision run` process with its own config file, log and port."""
+    """One `python -m supervision.app run` process with its own config file, log and port."""
 
     def __init__(self, tmp: Path, name: str, config: dict[str, Any]) -> None:
         self.name = name
@@ -95,7 +95,7 @@ class Daemon:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "supervision", "run", "-c", str(self.config_path)],
+                [sys.executable, "-m", "supervision.app", "run", "-c", str(self.config_path)],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         self.starts += 1
         return self

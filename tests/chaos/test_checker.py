@@ -15,7 +15,7 @@ import pytest
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
 from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
-from supervision.devstack import KafkaServer, S3Server
+from supervision.dev.stack import KafkaServer, S3Server
 from tests.chaos.checker import Violation, check, summary
 from tests.chaos.conftest import LIMITS, Run
 from tests.chaos.daemon import ROOT, Daemon, Daemons, daemon_config, seed, wait_settled

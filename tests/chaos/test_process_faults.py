@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from actors.lock_keeper import lock_key
-from supervision.devstack import KafkaServer, S3Server
+from supervision.dev.stack import KafkaServer, S3Server
 from tests.chaos.conftest import Run
 from tests.chaos.daemon import (
     Daemon,

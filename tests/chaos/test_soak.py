@@ -4,7 +4,7 @@ refused, a daemon SIGKILLed (restarted a moment later), backends and lock sessio
 terminated. Then the faults stop, the daemons settle, and every invariant is checked.
 
 ``SAFETYNET_SOAK_SEED`` (default 1) and ``SAFETYNET_SOAK_SECONDS`` (default 60) pick the
-run; the figures go to ``docs/reliability/soak-seed<N>.json``.
+run; the figures go to ``build/reliability/soak-seed<N>.json``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 from tests.chaos.conftest import ProxiedKafka, Run
 from tests.chaos.daemon import (
     Daemon,

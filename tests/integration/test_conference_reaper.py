@@ -21,8 +21,8 @@ from actors.conference_reaper import ReaperCounts, ReaperJob, run_reaper_cycle
 from actors.finalize_store import event_id
 from actors.lock_keeper import (
     CycleContext,
+    LockConnection,
     LockedJob,
-    _LockConnection,
     run_locked_cycle,
     serve_lock_keeper,
 )
@@ -471,7 +471,7 @@ async def test_single_runner_lock_lets_only_one_instance_run(
             return counts
 
         async def first() -> None:
-            lock = _LockConnection(dsn)
+            lock = LockConnection(dsn)
             try:
                 outcomes["first"] = await run_locked_cycle(
                     LockedJob(JOB, 30, 10, held_cycle), lock)
@@ -481,7 +481,7 @@ async def test_single_runner_lock_lets_only_one_instance_run(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(first)
             await holding.wait()
-            lock = _LockConnection(dsn)
+            lock = LockConnection(dsn)
             try:
                 outcomes["second"] = await run_locked_cycle(
                     LockedJob(JOB, 30, 10, partial(run_reaper_cycle, job)), lock)

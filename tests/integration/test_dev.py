@@ -1,4 +1,5 @@
-"""`safetynet dev` end to end: the seeded incident is healed exactly as seeded."""
+"""`safetynet dev` end to end, run as a user would: from an installed wheel, in a directory
+outside the checkout."""
 
 from __future__ import annotations
 
@@ -8,23 +9,90 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from supervision.app.devrun import mismatches
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_dev_heals_the_seeded_incident_and_reports_the_truth(tmp_path: Path) -> None:
-    """200 recordings and 30 conferences through an S3 outage: the final summary equals
-    the seeded truth, nothing is quarantined or restarted, every server is stopped."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "supervision", "dev", "--recordings", "200",
-         "--conferences", "30", "--exit-when-done", "--dir", str(tmp_path / "stack")],
-        capture_output=True, text=True, cwd=ROOT, timeout=240, check=False,
-        env={"PATH": os.environ.get("PATH", ""), "COLUMNS": "120"})
+@pytest.fixture(scope="module")
+def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project built as a wheel and installed (without its dependencies, which this
+    interpreter has) into a folder of its own: no checkout on the import path."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "-w", str(out / "dist"), str(ROOT)],
+                   check=True, capture_output=True, cwd=out)
+    (wheel,) = (out / "dist").glob("safetynet-*.whl")
+    site = out / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(site), str(wheel)], check=True, capture_output=True)
+    return site
+
+
+def run_dev(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "120", "PYTHONPATH": str(site)}
+    return subprocess.run(
+        [sys.executable, "-m", "supervision.app", "dev", "--exit-when-done",
+         "--dir", str(cwd / "stack"), *args],
+        capture_output=True, text=True, cwd=cwd, timeout=240, check=False, env=env)
+
+
+def summary_of(stdout: str) -> dict[str, int]:
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("SUMMARY ")]
+    summary: dict[str, int] = json.loads(line.removeprefix("SUMMARY "))
+    return summary
+
+
+def test_installed_wheel_runs_the_code_and_settings_it_ships(wheel_site: Path,
+                                                             tmp_path: Path) -> None:
+    """From the wheel, outside the checkout, the package and its demo settings come from
+    the install, not from the repository."""
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(wheel_site)}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import supervision, importlib.resources as r; "
+         "print(supervision.__file__); "
+         "print(r.files('supervision.dev').joinpath('demo.toml').is_file())"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
+    where, shipped = probe.stdout.split()
+    assert Path(where).is_relative_to(wheel_site)
+    assert shipped == "True"
+
+
+def test_dev_heals_the_seeded_incident_and_reports_the_truth(wheel_site: Path,
+                                                             tmp_path: Path) -> None:
+    """200 recordings and 30 conferences through an S3 outage, from an installed wheel in a
+    directory outside the checkout: the final summary equals the seeded truth, nothing is
+    quarantined or restarted, every server is stopped."""
+    proc = run_dev(wheel_site, tmp_path, "--recordings", "200", "--conferences", "30")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
-    summary = json.loads(line.removeprefix("SUMMARY "))
+    summary = summary_of(proc.stdout)
     assert summary == {
         "reconciled": 140, "failed": 40, "republished": 20, "quarantined": 0,
         "transient": summary["transient"], "published": 180, "empty_timeout": 10,
         "provision_failed": 10, "stale_timeout": 10, "restarts": 0,
     }
     assert "stopped every server" in proc.stdout
+
+
+def test_dev_past_its_deadline_exits_1_with_the_summary_and_what_was_missed(
+        wheel_site: Path, tmp_path: Path) -> None:
+    """--exit-when-done never waits forever: past --deadline it stops, prints the summary
+    and each figure not reached, and exits 1 (the servers are still stopped)."""
+    proc = run_dev(wheel_site, tmp_path, "--recordings", "20", "--conferences", "3",
+                   "--deadline", "0")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary_of(proc.stdout)
+    assert "deadline of 0s passed" in proc.stdout
+    assert "not reached: " in proc.stdout
+    assert "stopped every server" in proc.stdout
+
+
+def test_mismatches_names_each_figure_that_differs_from_the_truth() -> None:
+    """Figures equal to the truth are not reported; extra figures are ignored."""
+    truth = {"reconciled": 3, "failed": 1, "published": 4}
+    seen = {"reconciled": 3, "failed": 0, "published": 5, "transient": 9}
+    assert mismatches(seen, truth) == ["failed: seen 0, seeded 1",
+                                       "published: seen 5, seeded 4"]
+    assert mismatches(truth, truth) == []

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from supervision.devstack import (
+from supervision.dev.stack import (
     DevStackError,
     KafkaServer,
     PostgresServer,
@@ -157,7 +157,7 @@ def test_start_failure_raises_devstack_error_with_log_tail_and_stops_the_others(
 _CHILD = """
 import json, sys
 from pathlib import Path
-from supervision.devstack import open_dev_stack
+from supervision.dev.stack import open_dev_stack
 with open_dev_stack(Path(sys.argv[1])) as stack:
     print(json.dumps([s.pid for s in (stack.postgres, stack.kafka, stack.s3)]), flush=True)
     sys.stdin.readline()  # parent: newline = leave normally; or SIGINT / SIGKILL us here

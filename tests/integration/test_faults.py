@@ -14,7 +14,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 from tests.faults import (
     SLOW_DOWN,
     FaultProxy,

@@ -11,14 +11,14 @@ import trio
 
 from actors.lock_keeper import (
     CycleContext,
+    LockConnection,
     LockedJob,
-    _LockConnection,
     lock_key,
     run_locked_cycle,
     serve_lock_keeper,
 )
 from supervision.database import open_database
-from supervision.devstack import PostgresServer
+from supervision.dev.stack import PostgresServer
 from supervision.metrics import LOCK_HELD
 from supervision.queries import QUERIES
 from tests.waiting import wait_until
@@ -47,7 +47,7 @@ async def test_second_keeper_skips_while_the_first_holds_the_lock(db_dsn: str) -
         await release.wait()
 
     job = make_job("test-single", cycle)
-    first, second = _LockConnection(db_dsn), _LockConnection(db_dsn)
+    first, second = LockConnection(db_dsn), LockConnection(db_dsn)
     outcomes = []
     async with trio.open_nursery() as nursery:
         async def run_first() -> None:
@@ -82,7 +82,7 @@ async def test_killing_the_lock_session_cancels_the_cycle_and_hands_over(db_dsn:
             cancelled_after.append(trio.current_time())
 
     job = make_job("test-handover", cycle)
-    holder, standby = _LockConnection(db_dsn), _LockConnection(db_dsn)
+    holder, standby = LockConnection(db_dsn), LockConnection(db_dsn)
     async with trio.open_nursery() as nursery:
         results = []
 
@@ -117,7 +117,7 @@ async def test_cycle_overrunning_lock_ttl_is_cancelled_and_lock_released(db_dsn:
         await trio.sleep(60)
         finished.append(True)
 
-    lock = _LockConnection(db_dsn)
+    lock = LockConnection(db_dsn)
     started = trio.current_time()
     outcome = await run_locked_cycle(make_job("test-ttl", endless, ttl=0.5), lock)
     assert outcome.status == "overran"

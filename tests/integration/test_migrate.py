@@ -223,7 +223,7 @@ def test_edited_migration_is_refused(empty_db_dsn: str) -> None:
 def test_migrate_command_applies_then_reports_up_to_date(empty_db_dsn: str) -> None:
     """The CLI verb migrates, exits 0, and says so; the second run is a no-op."""
     env = {"SAFETYNET__POSTGRES__DSN": empty_db_dsn, "PATH": "/usr/bin:/bin"}
-    cmd = [sys.executable, "-m", "supervision", "migrate"]
+    cmd = [sys.executable, "-m", "supervision.app", "migrate"]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     assert first.returncode == 0, first.stderr
@@ -236,7 +236,7 @@ def test_migrate_against_unreachable_server_exits_1_without_traceback() -> None:
     """A database that does not answer is one error line and exit 1."""
     env = {"SAFETYNET__POSTGRES__DSN": "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2",
            "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "supervision", "migrate"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "migrate"], capture_output=True,
                           text=True, env=env, cwd=ROOT, check=False)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: migration failed: OperationalError")

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from supervision.database import open_database
-from supervision.devstack import KafkaServer, PostgresServer, S3Server, free_ports
+from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
 from supervision.health import HEALTH
 from supervision.migrate import migrate
 from tests.messenger import insert_call_session, insert_recording, upload_recording
@@ -85,7 +85,7 @@ def test_running_daemon_exports_every_seed_metric_and_counts_a_cycle(
     for rec in recs:
         upload_recording(s3_server, rec.id, bucket=bucket)
     log = (tmp_path / "daemon.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "supervision", "run", "-c", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "supervision.app", "run", "-c", str(config)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={"PATH": os.environ.get("PATH", "")})
     url = f"http://127.0.0.1:{port}"

@@ -16,15 +16,15 @@ import pytest
 import trio
 
 from actors.finalize_store import event_id
-from actors.lock_keeper import _LockConnection, run_locked_cycle, serve_lock_keeper
+from actors.lock_keeper import LockConnection, run_locked_cycle, serve_lock_keeper
 from actors.outbox_listener import serve_outbox_listener
 from actors.outbox_relay import RelayCounts, apply_retention
-from supervision.app import open_resources, run_once
+from supervision.app.daemon import open_resources, run_once
+from supervision.app.tree import relay_job, relay_locked_job
 from supervision.config import Config
-from supervision.devstack import KafkaServer, S3Server
+from supervision.dev.stack import KafkaServer, S3Server
 from supervision.errors import InfrastructureError
 from supervision.queries import QUERIES
-from supervision.tree import relay_job, relay_locked_job
 from tests.conftest import make_config
 from tests.messenger import KafkaMessage, fetch, read_topic
 from tests.waiting import wait_until
@@ -256,7 +256,7 @@ async def test_lock_keeper_serialises_relays(cfg: Config, db_dsn: str) -> None:
     """The relay's cycle runs under its own advisory lock (one publisher per fleet)."""
     async with open_resources(cfg) as res:
         job = relay_locked_job(res)
-        a, b = _LockConnection(db_dsn), _LockConnection(db_dsn)
+        a, b = LockConnection(db_dsn), LockConnection(db_dsn)
         got = await trio.to_thread.run_sync(
             lambda: psycopg.connect(db_dsn, autocommit=True))
         with got:

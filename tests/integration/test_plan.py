@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import tomli_w
 
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 from tests.messenger import (
     attempt,
     insert_attempt,
@@ -65,7 +65,7 @@ def test_plan_changes_nothing_and_predicts_run_once(
                "secret_access_key": creds.secret_access_key},
     }))
     env = {"PATH": os.environ.get("PATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "supervision", "plan", "--job",
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "plan", "--job",
                            "recording-finalize", "--json", "-c", str(config)],
                           capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -77,7 +77,7 @@ def test_plan_changes_nothing_and_predicts_run_once(
         unpublished.id: "enqueue event, close row", failed.id: "close row",
         live.id: "reschedule (not an attempt)", bad.id: "quarantine", orphan: "quarantine",
     }
-    run = subprocess.run([sys.executable, "-m", "supervision", "run-once", "--job",
+    run = subprocess.run([sys.executable, "-m", "supervision.app", "run-once", "--job",
                           "recording-finalize", "-c", str(config)],
                          capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     assert run.returncode == 0, run.stderr

@@ -15,9 +15,9 @@ from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
 from actors.lock_keeper import CycleContext, serve_lock_keeper
 from actors.recording_finalize import run_finalize_cycle
-from supervision.app import open_resources
+from supervision.app.daemon import open_resources
 from supervision.config import Config
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 from supervision.health import HEALTH
 from tests.conftest import make_config
 from tests.messenger import (
@@ -35,7 +35,7 @@ from tests.waiting import wait_until
 
 async def run_cycle(cfg: Config) -> FinalizeCounts:
     async with open_resources(cfg) as res:
-        from supervision.tree import finalize_job
+        from supervision.app.tree import finalize_job
 
         ctx = CycleContext("recording-finalize", str(uuid.uuid4()))
         return await run_finalize_cycle(finalize_job(res), ctx)
@@ -304,7 +304,7 @@ async def test_no_recording_stays_uploading_past_sla_plus_interval(
     missing = insert_recording(conn, session_id=insert_call_session(conn, ended_ago=0))
     upload_recording(s3_server, found.id, bucket=bucket)
     async with open_resources(cfg) as res, trio.open_nursery() as nursery:
-        from supervision.tree import locked_jobs
+        from supervision.app.tree import locked_jobs
 
         (job,) = [j for j in locked_jobs(res) if j.name == "recording-finalize"]
         await nursery.start(serve_lock_keeper, job, db_dsn)

@@ -17,13 +17,13 @@ from prometheus_client import REGISTRY
 from actors.finalize_state import FinalizeCounts
 from actors.lock_keeper import CycleContext
 from actors.recording_finalize import JOB, run_finalize_cycle
-from supervision.app import open_resources
+from actors.s3.process import WorkerObjectStore
+from supervision.app.daemon import open_resources
+from supervision.app.tree import finalize_job
 from supervision.config import Config
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 from supervision.health import HEALTH
 from supervision.queries import QUERIES
-from supervision.s3_process import WorkerObjectStore
-from supervision.tree import finalize_job
 from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
 from supervision.config import Config
-from supervision.devstack import DevStackError, S3Server
+from supervision.dev.stack import DevStackError, S3Server
 from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,

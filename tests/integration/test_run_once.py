@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.devstack import KafkaServer, S3Server
+from supervision.dev.stack import KafkaServer, S3Server
 from tests.messenger import insert_call_session, insert_recording
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def test_run_once_prints_one_json_line_with_the_spec_keys(
                "secret_access_key": creds.secret_access_key},
         "logging": {"level": "warning"},
     }))
-    proc = subprocess.run([sys.executable, "-m", "supervision", "run-once", "--job", job,
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "run-once", "--job", job,
                            "-c", str(config)], capture_output=True, text=True, cwd=ROOT,
                           check=False, env={"PATH": os.environ.get("PATH", "")})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -59,7 +59,7 @@ def test_run_once_against_a_dead_database_exits_1(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text(tomli_w.dumps({
         "postgres": {"dsn": "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=1"}}))
-    proc = subprocess.run([sys.executable, "-m", "supervision", "run-once", "--job",
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "run-once", "--job",
                            "conference-reaper", "-c", str(config)], capture_output=True,
                           text=True, cwd=ROOT, check=False,
                           env={"PATH": os.environ.get("PATH", "")}, timeout=60)

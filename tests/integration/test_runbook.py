@@ -33,7 +33,7 @@ def config(db_dsn: str, tmp_path: Path) -> Path:
 
 
 def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supervision", *args, "-c", str(config)],
+    return subprocess.run([sys.executable, "-m", "supervision.app", *args, "-c", str(config)],
                           capture_output=True, text=True, cwd=ROOT, check=False,
                           env={"PATH": os.environ.get("PATH", ""), "COLUMNS": "200"})
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.devstack import S3Server
+from supervision.dev.stack import S3Server
 from tests.logscan import KNOWN_SECRETS, leaks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def write_config(path: Path, dsn: str, s3: S3Server, bucket: str, only_finalize:
 def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "supervision", "run", "-c", str(config)],
+        return subprocess.Popen([sys.executable, "-m", "supervision.app", "run", "-c", str(config)],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 

@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from actors.lock_keeper import CycleContext
 from actors.recording_finalize import run_finalize_cycle
-from supervision.app import open_resources
+from supervision.app.daemon import open_resources
+from supervision.app.tree import finalize_job
 from supervision.config import TracingConfig
-from supervision.devstack import S3Server, free_ports
+from supervision.dev.stack import S3Server, free_ports
 from supervision.tracing import configure_tracing
-from supervision.tree import finalize_job
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording, upload_recording
 from tests.waiting import wait_until
@@ -92,7 +92,7 @@ def test_daemon_exports_spans_to_the_configured_otlp_endpoint(
         "tracing": {"endpoint": f"http://127.0.0.1:{server.server_port}/v1/traces"},
     }))
     log = (tmp_path / "daemon.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "supervision", "run", "-c", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "supervision.app", "run", "-c", str(config)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={"PATH": os.environ.get("PATH", "")})
     try:

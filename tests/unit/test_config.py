@@ -11,7 +11,7 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from supervision.cli import main
+from supervision.app.cli import main
 from supervision.config import (
     EXIT_CONFIG,
     Config,
@@ -241,7 +241,7 @@ def test_invalid_config_exits_78_with_one_line_per_problem(tmp_path: Path) -> No
     """The real process exits with EX_CONFIG and no traceback."""
     path = write(tmp_path, "[jobs.recording_finalize]\nbatch_size = 0\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "supervision", "check-config", "-c", str(path)],
+        [sys.executable, "-m", "supervision.app", "check-config", "-c", str(path)],
         capture_output=True, text=True, check=False, cwd=ROOT, env={"PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == EXIT_CONFIG == 78
@@ -252,9 +252,10 @@ def test_invalid_config_exits_78_with_one_line_per_problem(tmp_path: Path) -> No
 
 
 def test_example_files_load_and_production_example_lists_every_key(tmp_path: Path) -> None:
-    """config/*.toml are valid, and the production example documents every setting."""
+    """The demo settings and config/*.toml are valid, and the production example
+    documents every setting."""
     env = {"SAFETYNET__POSTGRES__DSN": DSN}
-    load_config([ROOT / "config" / "dev.toml"], env)
+    load_config([ROOT / "supervision" / "dev" / "demo.toml"], env)
     load_config([ROOT / "config" / "production.example.toml"], env)
     text = (ROOT / "config" / "production.example.toml").read_text()
     for row in settings_reference():
@@ -263,12 +264,13 @@ def test_example_files_load_and_production_example_lists_every_key(tmp_path: Pat
         assert re.search(rf"^# .+\n{key} = ", block, re.MULTILINE), row.key
 
 
-def test_readme_configuration_reference_matches_config_classes() -> None:
-    """The README's reference table is generated from the classes and cannot drift."""
-    readme = (ROOT / "README.md").read_text()
+def test_configuration_reference_matches_config_classes() -> None:
+    """docs/configuration.md's reference table is generated from the classes and cannot
+    drift."""
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     start, end = "<!-- config-reference:start -->\n", "\n<!-- config-reference:end -->"
     assert readme.split(start, 1)[1].split(end, 1)[0] == reference_markdown(), (
-        "regenerate with: python -m supervision.config_reference")
+        "regenerate with: python -m supervision.app.config_reference")
 
 
 SPEC_KEYS = [

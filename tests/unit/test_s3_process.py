@@ -14,10 +14,10 @@ import pytest
 import trio
 import trio.testing
 
-from supervision import s3_process
+from actors.s3 import process as s3_process
+from actors.s3.objectstore import Missing, Transient
+from actors.s3.process import open_object_store
 from supervision.config import S3Config
-from supervision.objectstore import Missing, Transient
-from supervision.s3_process import open_object_store
 from supervision.secrets import Secret
 from tests.waiting import wait_until
 
@@ -126,7 +126,7 @@ def test_worker_exits_when_the_daemon_is_killed(tmp_path: Path) -> None:
         import sys, trio
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
         from supervision.config import S3Config
-        from supervision.s3_process import open_object_store
+        from actors.s3.process import open_object_store
         async def main():
             async with open_object_store(S3Config(endpoint_url="http://127.0.0.1:9")) as s:
                 await s.head_bucket()

@@ -6,10 +6,8 @@ import json
 
 import pytest
 
-from supervision.config import S3Config
-from supervision.errors import WireError
-from supervision.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
-from supervision.s3_wire import (
+from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
+from actors.s3.wire import (
     MAX_LINE,
     OP_OBJECT,
     LineSplitter,
@@ -20,6 +18,8 @@ from supervision.s3_wire import (
     encode_request,
     encode_settings,
 )
+from supervision.config import S3Config
+from supervision.errors import WireError
 from supervision.secrets import Secret
 
 OUTCOMES: list[HeadOutcome] = [

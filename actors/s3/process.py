@@ -4,9 +4,9 @@
 ...     outcome = await store.head_recording(recording_id)   # Found | Missing | Transient | ...
 
 :class:`WorkerObjectStore` has the interface of
-:class:`~supervision.objectstore.HttpObjectStore` (and the same outcomes: the worker runs
+:class:`~actors.s3.objectstore.HttpObjectStore` (and the same outcomes: the worker runs
 exactly that client), but each request is a JSON line to ``python -m
-supervision.s3_worker`` and the answer a line back. Signing and HTTP then burn another
+actors.s3.worker`` and the answer a line back. Signing and HTTP then burn another
 core's CPU instead of the GIL the committers and the claimer need (issue #4: the mixed
 drain went from ~0.55 to ~0.8+ of the S3 ceiling).
 
@@ -39,11 +39,8 @@ import attrs
 import structlog
 import trio
 
-from supervision.config import S3Config
-from supervision.errors import WireError
-from supervision.metrics import S3_WORKER_STARTS
-from supervision.objectstore import Fault, Found, HeadOutcome, Transient
-from supervision.s3_wire import (
+from actors.s3.objectstore import Fault, Found, HeadOutcome, Transient
+from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
     OP_OBJECT,
@@ -52,10 +49,13 @@ from supervision.s3_wire import (
     encode_request,
     encode_settings,
 )
+from supervision.config import S3Config
+from supervision.errors import WireError
+from supervision.metrics import S3_WORKER_STARTS
 
 log = structlog.get_logger("s3_worker")
 
-WORKER_COMMAND = (sys.executable, "-m", "supervision.s3_worker")
+WORKER_COMMAND = (sys.executable, "-m", "actors.s3.worker")
 # The answer when no worker runs: nothing was sent, so the row was not attempted.
 NOT_SENT = "s3_worker_unavailable"
 RESPAWN_INTERVAL = 1.0

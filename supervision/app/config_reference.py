@@ -1,4 +1,7 @@
-"""Regenerate README.md's configuration reference: ``python -m supervision.config_reference``."""
+"""Regenerate the configuration reference in ``docs/configuration.md``:
+
+    python -m supervision.app.config_reference [PATH]
+"""
 
 from __future__ import annotations
 
@@ -8,19 +11,20 @@ from pathlib import Path
 from supervision.config import reference_markdown
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+DEFAULT_PATH = Path("docs/configuration.md")
 
 
-def rewrite(readme: Path) -> bool:
+def rewrite(doc: Path) -> bool:
     """Replace the block between the markers; return True when the file changed."""
-    text = readme.read_text(encoding="utf-8")
+    text = doc.read_text(encoding="utf-8")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     new = f"{head}{START}\n{reference_markdown()}\n{END}{tail}"
     if new != text:
-        readme.write_text(new, encoding="utf-8")
+        doc.write_text(new, encoding="utf-8")
     return new != text
 
 
 if __name__ == "__main__":
-    changed = rewrite(Path(sys.argv[1] if len(sys.argv) > 1 else "README.md"))
-    print("README.md updated" if changed else "README.md already up to date")
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PATH
+    print(f"{path} updated" if rewrite(path) else f"{path} already up to date")

@@ -11,13 +11,14 @@
         └── lock-keeper:conference-reaper   permanent   cycles: 3 phases → recorder signals
 
 Resources shared by the actors (the asyncio bridge, the PostgreSQL pool, the S3 client,
-the Kafka producer, the relay's wake-up) are opened by :mod:`supervision.app` before the
+the Kafka producer, the relay's wake-up) are opened by :mod:`supervision.app.daemon` before the
 tree and closed after it; actors get them as arguments, never as globals.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import attrs
 import httpx
@@ -35,11 +36,11 @@ from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayJob, run_relay_cycle
+from actors.outbox_relay import RelayCounts, RelayJob, run_relay_cycle
 from actors.recording_finalize import FinalizeJob, run_finalize_cycle
+from actors.s3.objectstore import ObjectStore
 from supervision.config import Config
 from supervision.database import Database
-from supervision.objectstore import ObjectStore
 from supervision.queries import QUERIES
 from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
 from supervision.supervisor import serve_supervisor
@@ -73,9 +74,9 @@ def relay_job(res: Resources) -> RelayJob:
                     max_run_duration=RELAY_LOCK_TTL / 2)
 
 
-def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJob]:
+def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJob[Any]]:
     """The enabled periodic jobs, each with its interval, lock TTL and cycle."""
-    jobs = []
+    jobs: list[LockedJob[Any]] = []
     rf = res.cfg.jobs.recording_finalize
     if rf.enabled or include_disabled:
         jobs.append(LockedJob("recording-finalize", rf.polling_interval, rf.lock_ttl,
@@ -87,7 +88,7 @@ def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJo
     return jobs
 
 
-def relay_locked_job(res: Resources) -> LockedJob:
+def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
     relay = res.cfg.outbox_relay
     return LockedJob("outbox-relay", relay.poll_interval, RELAY_LOCK_TTL,
                      partial(run_relay_cycle, relay_job(res)), first_delay=0.0,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 from supervision.config import S3Config
 from supervision.errors import WireError
-from supervision.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 from supervision.secrets import Secret
 
 OP_OBJECT, OP_BUCKET, OP_CANARY = "object", "bucket", "canary"

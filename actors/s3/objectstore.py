@@ -4,8 +4,8 @@
 ...     "content-length": "64", "x-amz-meta-duration-seconds": "42"})
 Found(file_id='call-recordings/r1', size_bytes=64, format='Ogg', duration_seconds=42)
 
-The requests themselves are made by the S3 worker process (``supervision.s3_worker``,
-libcurl) behind ``supervision.s3_process.open_object_store``; :class:`ObjectStore` is
+The requests themselves are made by the S3 worker process (``actors.s3.worker``,
+libcurl) behind ``actors.s3.process.open_object_store``; :class:`ObjectStore` is
 the interface the job sees. Nothing here logs a URL or a credential: outcomes carry a
 class and a code (``"http_503"``, ``"Timeout"``) that is safe to store in ``last_error``.
 

@@ -1,17 +1,17 @@
 """The S3 worker process: SigV4-signed HEADs made by libcurl, off the daemon's interpreter.
 
-    python -m supervision.s3_worker      # started by supervision.s3_process, never by hand
+    python -m actors.s3.worker      # started by actors.s3.process, never by hand
 
 Why (issue #4): through httpx, signing and HTTP cost about a millisecond of Python CPU
 per HEAD, on the GIL the claimer and the committers need; the backlog drain was bound by
 that, not by the store. Here libcurl (pycurl's multi interface) does the HTTP and the
 SigV4 signing (``CURLOPT_AWS_SIGV4``) in C, in a process of its own: about 0.2 ms of CPU
 per HEAD, none of it in the daemon, which pays for one short JSON line each way
-(``supervision.s3_wire``).
+(``actors.s3.wire``).
 
 Protocol: the settings line, then requests, on stdin; answers on stdout in completion
 order, as many per write as are ready. Every request gets exactly one answer: HTTP
-statuses are classified by ``supervision.objectstore``, transport failures (timeout,
+statuses are classified by ``actors.s3.objectstore``, transport failures (timeout,
 refused, reset) become :class:`Transient` with a curl error name, never an exception.
 At most ``s3.concurrency`` requests are on the wire (one easy handle each, connections
 kept alive in the multi handle's cache); the daemon may queue more, which wait here.
@@ -35,8 +35,7 @@ import attrs
 import certifi
 import pycurl
 
-from supervision.config import S3Config
-from supervision.objectstore import (
+from actors.s3.objectstore import (
     CANARY,
     HeadOutcome,
     Transient,
@@ -44,7 +43,7 @@ from supervision.objectstore import (
     classify_canary,
     classify_object,
 )
-from supervision.s3_wire import (
+from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
     LineSplitter,
@@ -52,6 +51,7 @@ from supervision.s3_wire import (
     decode_settings,
     encode_answer,
 )
+from supervision.config import S3Config
 
 READ_SIZE = 64 * 1024
 IDLE_WAIT = 1.0  # seconds; select() wakes sooner for stdin or a socket

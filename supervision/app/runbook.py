@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 
 from actors.finalize_store import stats as finalize_stats
 from supervision.config import Config
+from supervision.errors import SafetynetError
 from supervision.queries import QUERIES
 
 
@@ -88,7 +89,7 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
     )
 
 
-class UnknownIds(Exception):
+class UnknownIds(SafetynetError):
     """Some ids match no finalize row; nothing was changed."""
 
     def __init__(self, ids: list[str]) -> None:

@@ -8,6 +8,12 @@ unreachable for the first seconds (a proxy refuses connections), so the outage b
 recovery are visible. Then the daemon runs in-process with short intervals while a live
 table shows each job's progress; Ctrl-C (or, with ``--exit-when-done``, the end of the
 work) stops it, prints a summary and stops every server.
+
+The demo's settings (``supervision/dev/demo.toml``) ship inside the package, so the demo
+behaves the same from any directory and from an installed wheel. With
+``--exit-when-done`` the run has a deadline (``--deadline``, after seeding): it exits 0
+only when every figure equals the seeded truth, and 1 with the summary and the
+mismatches otherwise.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +40,8 @@ from rich.live import Live
 from rich.table import Table
 
 from supervision.config import Config, load_config
-from supervision.devproxy import OutageProxy
-from supervision.devstack import DevStack, free_ports, open_dev_stack
+from supervision.dev.proxy import OutageProxy
+from supervision.dev.stack import DevStack, free_ports, open_dev_stack
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from supervision.queries import QUERIES
@@ -42,7 +49,6 @@ from supervision.secrets import redact_dsn
 
 DATABASE = "messenger"
 BUCKET = "call-recordings"
-DEV_SETTINGS = Path("config/dev.toml")
 OUTAGE_SECONDS = 6.0
 
 COUNTERS = {
@@ -62,6 +68,7 @@ class Scenario:
     conferences: int = 300
     outage: bool = True
     exit_when_done: bool = False
+    deadline: float = 300.0  # seconds after seeding, with exit_when_done
 
 
 def _counter(name: str, **labels: str) -> float:
@@ -139,7 +146,7 @@ async def seed(stack: DevStack, scenario: Scenario) -> dict[str, int]:
 
 
 def write_layer(stack: DevStack, base_dir: Path, s3_url: str) -> Path:
-    """The stack's addresses as a config layer over config/dev.toml."""
+    """The stack's addresses as a config layer over the demo settings."""
     endpoints = stack.endpoints()
     assert stack.postgres is not None
     layer = {
@@ -157,8 +164,15 @@ def write_layer(stack: DevStack, base_dir: Path, s3_url: str) -> Path:
 
 
 def load_dev_config(layer: Path) -> Config:
-    files = [DEV_SETTINGS, layer] if DEV_SETTINGS.exists() else [layer]
-    return load_config(files, env={})
+    """The demo settings shipped with the package, then *layer* (the stack's addresses)."""
+    with as_file(files("supervision.dev") / "demo.toml") as demo:
+        return load_config([demo, layer], env={})
+
+
+def mismatches(summary: dict[str, int], truth: dict[str, int]) -> list[str]:
+    """Each seeded figure the run did not reach, as ``key: seen X, seeded Y``."""
+    return [f"{key}: seen {summary.get(key, 0)}, seeded {want}"
+            for key, want in sorted(truth.items()) if summary.get(key, 0) != want]
 
 
 def progress(dsn: str) -> dict[str, int]:
@@ -190,7 +204,7 @@ def view(base: dict[str, float], remaining: dict[str, int], note: str) -> Table:
 
 
 async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
-    from supervision.app import run_daemon
+    from supervision.app.daemon import run_daemon
 
     assert stack.s3 is not None
     host, port = stack.s3.endpoint_url.removeprefix("http://").split(":")
@@ -213,6 +227,7 @@ async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
         proxy.down = scenario.outage
         started = trio.current_time()
         daemon_done = trio.Event()
+        deadline_passed = False
 
         async def daemon() -> None:
             nonlocal exit_code
@@ -234,6 +249,9 @@ async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
                 if scenario.exit_when_done and not any(remaining.values()) and \
                         elapsed > 1.0:
                     break
+                if scenario.exit_when_done and elapsed > scenario.deadline:
+                    deadline_passed = True
+                    break
                 with trio.move_on_after(0.5):
                     await daemon_done.wait()
         nursery.cancel_scope.cancel()
@@ -248,7 +266,15 @@ async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
     console.print(table)
     click.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
     console.print(f"metrics were served on http://{cfg.http.listen}/metrics")
-    return exit_code
+    if not scenario.exit_when_done:
+        return exit_code
+    missed = mismatches(summary, truth)
+    if deadline_passed:
+        click.echo(f"deadline of {scenario.deadline:.0f}s passed before every seeded row "
+                   "was terminal")
+    for line in missed:
+        click.echo(f"not reached: {line}")
+    return exit_code or (1 if missed or deadline_passed else 0)
 
 
 def run_dev(base_dir: Path | None, scenario: Scenario | None = None) -> int:

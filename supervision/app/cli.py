@@ -91,7 +91,7 @@ def run(config_files: tuple[Path, ...]) -> None:
     """Run the daemon: the whole supervised tree until SIGTERM/SIGINT."""
     import trio
 
-    from supervision.app import run_daemon
+    from supervision.app.daemon import run_daemon
 
     cfg = _load(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format)
@@ -106,7 +106,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     """Run one full cycle of JOB, print its counts as one JSON line, exit."""
     import trio
 
-    from supervision.app import run_once as run_one_cycle
+    from supervision.app.daemon import run_once as run_one_cycle
 
     cfg = _load(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format)
@@ -133,7 +133,7 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> str:
 @_config_option
 def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Backlogs, oldest ages, quarantine and SLO verdicts; exit 2 when an SLO is violated."""
-    from supervision.runbook import status as read_status
+    from supervision.app.runbook import status as read_status
 
     cfg = _load(config_files)
     try:
@@ -188,8 +188,8 @@ def _print_status(current: Any) -> None:
 def requeue(ids: tuple[str, ...], all_quarantined: bool, config_files: tuple[Path, ...]) -> None:
     """Runbook re-enqueue of finalize rows (by row id or recording id): Pending,
     attempts 0, due now. Unknown ids: exit 2 and nothing changes."""
-    from supervision.runbook import UnknownIds
-    from supervision.runbook import requeue as do_requeue
+    from supervision.app.runbook import UnknownIds
+    from supervision.app.runbook import requeue as do_requeue
 
     if bool(ids) == all_quarantined:
         raise click.UsageError("give recording finalize ids or --all-quarantined (not both)")
@@ -218,7 +218,7 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
     """Dry run: what the next cycle of JOB would do per row, and why. Changes nothing."""
     import trio
 
-    from supervision.plan import plan as make_plan
+    from supervision.app.plan import plan as make_plan
 
     cfg = _load(config_files)
     try:
@@ -251,12 +251,15 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
               help="Orphaned conferences to seed.")
 @click.option("--no-outage", is_flag=True, help="Skip the simulated S3 outage.")
 @click.option("--exit-when-done", is_flag=True,
-              help="Stop once every seeded row is terminal (non-interactive runs).")
+              help="Stop once every seeded row is terminal (non-interactive runs); exit 1 "
+                   "when the summary differs from the seeded truth.")
+@click.option("--deadline", default=300.0, show_default=True,
+              help="With --exit-when-done: seconds after seeding before giving up (exit 1).")
 def dev(base_dir: Path | None, recordings: int, conferences: int, no_outage: bool,
-        exit_when_done: bool) -> None:
+        exit_when_done: bool, deadline: float) -> None:
     """Demo: PostgreSQL, Tansu and SeaweedFS locally, a seeded incident, the daemon healing
     it live; Ctrl-C stops everything."""
-    from supervision.devrun import Scenario, run_dev
+    from supervision.app.devrun import Scenario, run_dev
 
-    scenario = Scenario(recordings, conferences, not no_outage, exit_when_done)
+    scenario = Scenario(recordings, conferences, not no_outage, exit_when_done, deadline)
     sys.exit(run_dev(base_dir, scenario))

@@ -17,10 +17,10 @@ import trio
 from psycopg.rows import dict_row
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
+from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
+from actors.s3.process import open_object_store
 from supervision.config import Config
-from supervision.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.queries import QUERIES
-from supervision.s3_process import open_object_store
 
 
 @attrs.frozen

@@ -50,6 +50,8 @@ import httpx
 import psycopg
 from httpx_auth import AWS4Auth
 
+from supervision.errors import SafetynetError
+
 __all__ = [
     "DevStack",
     "DevStackError",
@@ -68,7 +70,7 @@ START_TIMEOUT = 60.0
 STOP_GRACE = 5.0
 
 
-class DevStackError(RuntimeError):
+class DevStackError(SafetynetError):
     """A dev-stack server failed to start (the message carries the tail of its log)."""
 
 

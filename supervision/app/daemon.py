@@ -6,23 +6,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
-import attrs
 import trio
 
 from actors.kafka_producer import KafkaProducer
-from actors.lock_keeper import CycleOutcome, _LockConnection, run_locked_cycle
-from actors.outbox_relay import RelayCounts, run_relay_cycle
+from actors.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_locked_cycle
+from actors.outbox_relay import run_relay_until_drained
 from actors.recorder_signal import open_media_client
+from actors.s3.process import open_object_store
+from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
 from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import InfrastructureError
 from supervision.runtime import serve_root
-from supervision.s3_process import open_object_store
-from supervision.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
 from supervision.wakeup import Wakeup
 
 POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
@@ -53,39 +51,24 @@ async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:
 
     For the outbox relay, cycles repeat until nothing publishable is left."""
     async with open_resources(cfg) as res:
-        lock = _LockConnection(cfg.postgres.dsn.reveal())
+        lock = LockConnection(cfg.postgres.dsn.reveal())
         try:
+            outcome: CycleOutcome[Any]
             if job_name == "outbox-relay":
-                return await _drain_relay(res, lock)
-            jobs = {job.name: job for job in locked_jobs(res, include_disabled=True)}
-            outcome = await run_locked_cycle(jobs[job_name], lock)
+                outcome = await run_relay_until_drained(relay_job(res), relay_locked_job(res),
+                                                        lock)
+            else:
+                jobs = {job.name: job for job in locked_jobs(res, include_disabled=True)}
+                outcome = await run_locked_cycle(jobs[job_name], lock)
         finally:
             lock.discard()
     return _counts(outcome)
 
 
-async def _drain_relay(res: Resources, lock: _LockConnection) -> dict[str, Any]:
-    relay = relay_job(res)
-    job = attrs.evolve(relay_locked_job(res), cycle=partial(run_relay_cycle, relay))
-    total = RelayCounts()
-    while True:
-        outcome = await run_locked_cycle(job, lock)
-        if outcome.status != "ran":
-            return _counts(outcome)
-        counts: RelayCounts = outcome.result
-        total.published += counts.published
-        total.failed += counts.failed
-        total.duration_ms += counts.duration_ms
-        if relay.state.kafka_failures:
-            raise InfrastructureError("kafka: unreachable; rows stay unpublished")
-        if counts.published == 0:
-            return total.as_json()
-
-
-def _counts(outcome: CycleOutcome) -> dict[str, Any]:
-    if outcome.status == "ran":
+def _counts(outcome: CycleOutcome[Any]) -> dict[str, Any]:
+    if outcome.status == CycleStatus.RAN and outcome.result is not None:
         counts: dict[str, Any] = outcome.result.as_json()
         return counts
-    if outcome.status == "skipped_locked":
+    if outcome.status == CycleStatus.SKIPPED_LOCKED:
         return {"lock": "held_elsewhere"}
     raise InfrastructureError(f"cycle did not complete: {outcome.status}")
