@@ -19,7 +19,7 @@ from actors.recorder_signal import open_media_client
 from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
 from supervision.database import open_database
-from supervision.errors import InfrastructureError
+from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.runtime import serve_root
 from supervision.s3_process import open_object_store
 from supervision.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
@@ -79,6 +79,9 @@ async def _drain_relay(res: Resources, lock: _LockConnection) -> dict[str, Any]:
         if relay.state.kafka_failures:
             raise InfrastructureError("kafka: unreachable; rows stay unpublished")
         if counts.published == 0:
+            fault = relay.state.fault_reason()
+            if fault is not None:
+                raise ConfigurationFault(f"kafka: {fault}; their rows stay unpublished")
             return total.as_json()
 
 
