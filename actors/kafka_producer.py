@@ -96,11 +96,12 @@ class SendResult:
         return self.delivery is Delivery.ACKED
 
 
-def probe_verdict(error_code: int) -> Delivery:
-    """What a topic's error code in a ``Metadata`` answer means for its messages."""
+def probe_verdict(error_code: int) -> Delivery | None:
+    """What a topic's error code in a ``Metadata`` answer means for its messages: None
+    when they can be sent, else the outcome to report for each without sending it."""
     error = kafka_errors.for_code(error_code)
     if error is kafka_errors.NoError or error is LeaderNotAvailableError:  # being created
-        return Delivery.ACKED
+        return None
     if error is kafka_errors.UnknownTopicOrPartitionError:  # auto-create off
         return Delivery.FAULT
     return classify(error())
@@ -204,6 +205,6 @@ class KafkaProducer:
         for topic_data in response.topics:
             error_code, topic = topic_data[0], topic_data[1]
             delivery = probe_verdict(error_code)
-            if delivery is not Delivery.ACKED:
+            if delivery is not None:
                 verdicts[topic] = (delivery, kafka_errors.for_code(error_code).__name__)
         return verdicts

@@ -401,3 +401,19 @@ async def test_retry_state_of_rows_settled_elsewhere_is_dropped(
         counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t"))
         assert counts.published == 0  # row b is still in its back-off
         assert len(job.state.rows) == 1 and job.state.rows.due_at(ids[1]) > 0
+
+
+async def test_row_with_an_invalid_topic_name_is_dead_lettered_at_once(
+        cfg: Config, db_dsn: str, kafka_server: KafkaServer, topic: str) -> None:
+    """A topic name the broker calls invalid is that row's fault: the topic probe's answer
+    dead-letters it without a metadata wait, and the other rows are published."""
+    bad = await trio.to_thread.run_sync(enqueue, db_dsn, "not a topic!", ["a"])
+    good = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b"])
+    with trio.fail_after(5):  # aiokafka alone waits 10 s, then calls it unknown (transient)
+        counts = await run_once(cfg, "outbox-relay")
+    assert (counts["published"], counts["failed"]) == (2, 1)
+    dead = await trio.to_thread.run_sync(dead_letters, db_dsn)
+    assert {k: d["reason"] for k, d in dead.items()} == {bad[0]: "kafka:InvalidTopicError"}
+    messages = await read(kafka_server, topic, expect=2)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert sorted(by_event[m.headers["event-id"]] for m in messages) == good

@@ -37,14 +37,15 @@ def test_infrastructure_errors_are_transient(exc: Exception) -> None:
 
 
 @pytest.mark.parametrize(("code", "delivery"), [
-    (0, Delivery.ACKED),  # the topic exists
-    (5, Delivery.ACKED),  # LEADER_NOT_AVAILABLE: being created, the send waits for it
+    (0, None),  # the topic exists
+    (5, None),  # LEADER_NOT_AVAILABLE: being created, the send waits for it
     (3, Delivery.FAULT),  # UNKNOWN_TOPIC_OR_PARTITION from the broker: auto-create off
     (29, Delivery.FAULT),  # TOPIC_AUTHORIZATION_FAILED
     (31, Delivery.FAULT),  # CLUSTER_AUTHORIZATION_FAILED
     (17, Delivery.REJECTED),  # INVALID_TOPIC_EXCEPTION
     (7, Delivery.TRANSIENT),  # REQUEST_TIMED_OUT
 ])
-def test_topic_probe_answer_decides_before_any_send(code: int, delivery: Delivery) -> None:
+def test_topic_probe_answer_decides_before_any_send(code: int,
+                                                   delivery: Delivery | None) -> None:
     """The broker's own answer to the Metadata probe is unambiguous, unlike a timeout."""
     assert probe_verdict(code) is delivery
