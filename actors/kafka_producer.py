@@ -6,28 +6,74 @@
 
 ``acks="all"`` without idempotence (Tansu and some brokers lack it), compression off by
 default, one in-flight batch per partition (aiokafka's own rule, which keeps per-partition
-order). Every message's outcome is reported separately: acknowledged, transient failure
-(retry later) or permanent rejection (dead-letter).
+order). A wave's messages are appended to aiokafka's accumulator one after the other
+(appends do not wait for the broker) and their acknowledgements are awaited together, so
+the whole wave is on the wire at once.
+
+Every message's outcome is reported separately as a :class:`Delivery`: acknowledged,
+transient failure (retry later), rejected (dead-letter: that message can never be
+published) or a configuration fault (the broker refuses *us* — authorization, SASL, a
+topic that does not exist: nothing is the row's fault, retrying helps once fixed).
+
+A topic the client has no metadata for is probed first, once per wave with one
+``Metadata`` request for all such topics: aiokafka's own wait on an unknown topic (broker
+auto-create off) loops for the whole request timeout per message and then raises an error
+that a dead broker raises too. The probe's answer is immediate and unambiguous.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Sequence
 
 import attrs
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
 from aiokafka.errors import (
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    ClusterAuthorizationFailedError,
+    IllegalSaslStateError,
     InvalidTopicError,
     KafkaError,
+    LeaderNotAvailableError,
     MessageSizeTooLargeError,
+    SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
+    UnsupportedSaslMechanismError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from supervision.bridge import run_asyncio
 from supervision.config import KafkaConfig
 
-PERMANENT = (MessageSizeTooLargeError, InvalidTopicError, TopicAuthorizationFailedError)
+REJECTED = (MessageSizeTooLargeError, InvalidTopicError)
+FAULTS = (
+    TopicAuthorizationFailedError, ClusterAuthorizationFailedError, SaslAuthenticationFailed,
+    AuthenticationFailedError, AuthenticationMethodNotSupported,
+    UnsupportedSaslMechanismError, IllegalSaslStateError,
+)
+
+
+class Delivery(enum.Enum):
+    ACKED = "acked"
+    TRANSIENT = "transient"  # retry the row later (broker down, timeout, leader moving)
+    REJECTED = "rejected"  # this message can never be published: dead-letter it
+    FAULT = "fault"  # a configuration fault: the row waits untouched until it is fixed
+
+
+def classify(exc: BaseException) -> Delivery:
+    """The outcome of a message that failed with *exc*.
+
+    ``UnknownTopicOrPartitionError`` from a send is transient: aiokafka raises it after
+    its metadata wait timed out, which a dead broker causes too. A missing topic is told
+    apart by the topic probe, where the broker itself answers (:func:`probe_verdict`)."""
+    if isinstance(exc, FAULTS):
+        return Delivery.FAULT
+    if isinstance(exc, REJECTED):
+        return Delivery.REJECTED
+    return Delivery.TRANSIENT
 
 
 @attrs.frozen
@@ -42,23 +88,42 @@ class OutMessage:
 @attrs.frozen
 class SendResult:
     outbox_id: int
-    ok: bool
-    permanent: bool = False
+    delivery: Delivery
     error: str | None = None
 
+    @property
+    def ok(self) -> bool:
+        return self.delivery is Delivery.ACKED
 
-def _error_code(exc: BaseException) -> str:
-    return type(exc).__name__
+
+def probe_verdict(error_code: int) -> Delivery | None:
+    """What a topic's error code in a ``Metadata`` answer means for its messages: None
+    when they can be sent, else the outcome to report for each without sending it."""
+    error = kafka_errors.for_code(error_code)
+    if error is kafka_errors.NoError or error is LeaderNotAvailableError:  # being created
+        return None
+    if error is kafka_errors.UnknownTopicOrPartitionError:  # auto-create off
+        return Delivery.FAULT
+    return classify(error())
+
+
+def _failed(msg: OutMessage, exc: BaseException) -> SendResult:
+    return SendResult(msg.outbox_id, classify(exc), type(exc).__name__)
 
 
 class KafkaProducer:
-    """A started-on-demand aiokafka producer driven from Trio."""
+    """A started-on-demand aiokafka producer driven from Trio.
+
+    *create_topics* is the ``allow_auto_topic_creation`` flag of the topic probe (the
+    broker's ``auto.create.topics.enable`` still decides); False makes any broker behave
+    like one with auto-create off."""
 
     def __init__(self, cfg: KafkaConfig, *, request_timeout_s: float = 10.0,
-                 max_request_size: int = 1_048_576) -> None:
+                 max_request_size: int = 1_048_576, create_topics: bool = True) -> None:
         self._cfg = cfg
         self._timeout_ms = int(request_timeout_s * 1000)
         self.max_request_size = max_request_size
+        self.create_topics = create_topics
         self._producer: AIOKafkaProducer | None = None
 
     @property
@@ -93,27 +158,53 @@ class KafkaProducer:
 
     async def _send_wave(self, messages: list[OutMessage]) -> list[SendResult]:
         assert self._producer is not None
-        pending: list[tuple[OutMessage, asyncio.Future[object] | BaseException]] = []
+        unusable = await self._probe_topics({msg.topic for msg in messages})
+        pending: list[tuple[OutMessage, asyncio.Future[object] | SendResult]] = []
         for msg in messages:
+            if msg.topic in unusable:
+                delivery, error = unusable[msg.topic]
+                pending.append((msg, SendResult(msg.outbox_id, delivery, error)))
+                continue
             try:
                 fut = await self._producer.send(msg.topic, msg.value, key=msg.key,
                                                 headers=list(msg.headers))
                 pending.append((msg, fut))
             except KafkaError as exc:  # client-side rejection (too large, bad topic)
-                pending.append((msg, exc))
+                pending.append((msg, _failed(msg, exc)))
         results = []
-        for msg, fut_or_exc in pending:
-            failure = fut_or_exc if isinstance(fut_or_exc, BaseException) else None
-            if failure is None:
-                assert isinstance(fut_or_exc, asyncio.Future)
-                try:
-                    await fut_or_exc
-                except KafkaError as err:
-                    failure = err
-            if failure is None:
-                results.append(SendResult(msg.outbox_id, True))
+        for msg, fut_or_result in pending:
+            if isinstance(fut_or_result, SendResult):
+                results.append(fut_or_result)
+                continue
+            try:
+                await fut_or_result
+            except KafkaError as err:
+                results.append(_failed(msg, err))
             else:
-                results.append(SendResult(msg.outbox_id, False,
-                                          permanent=isinstance(failure, PERMANENT),
-                                          error=_error_code(failure)))
+                results.append(SendResult(msg.outbox_id, Delivery.ACKED))
         return results
+
+    async def _probe_topics(self, topics: set[str]) -> dict[str, tuple[Delivery, str]]:
+        """Ask the broker about the topics the client has no metadata for; the verdict
+        and error name of each one that cannot be sent to now (a missing topic, no
+        authorization, a broker that does not answer)."""
+        assert self._producer is not None
+        client = self._producer.client
+        unknown = sorted(t for t in topics if client.cluster.partitions_for_topic(t) is None)
+        if not unknown:
+            return {}
+        node = client.get_random_node()
+        if node is None:
+            return dict.fromkeys(unknown, (Delivery.TRANSIENT, "NoBrokerAvailable"))
+        request = MetadataRequest(unknown, allow_auto_topic_creation=self.create_topics)
+        try:
+            response = await client.send(node, request)
+        except KafkaError as exc:
+            return dict.fromkeys(unknown, (Delivery.TRANSIENT, type(exc).__name__))
+        verdicts: dict[str, tuple[Delivery, str]] = {}
+        for topic_data in response.topics:
+            error_code, topic = topic_data[0], topic_data[1]
+            delivery = probe_verdict(error_code)
+            if delivery is not None:
+                verdicts[topic] = (delivery, kafka_errors.for_code(error_code).__name__)
+        return verdicts

@@ -11,10 +11,15 @@ LOCKED``), send them in *waves* — each wave holds at most one row per key, so 
 of a key is never sent before an earlier one was acknowledged — and mark ``published_at``
 only for rows the broker acknowledged. A row that failed transiently keeps its place: it
 and every later row of its key wait for a back-off. A row rejected permanently (too large,
-invalid topic) is dead-lettered and logged with its id; it blocks its key only when later
-rows of that key were already waiting (then ``safetynet_outbox_blocked_keys`` alerts).
-When Kafka itself is unreachable, nothing is marked, the relay backs off with jitter,
-readiness stays 200 and ``safetynet_outbox_oldest_unpublished_age_seconds`` grows.
+invalid topic) or malformed (``payload``/``headers`` not what :mod:`actors.outbox_rows`
+accepts) is dead-lettered and logged with its id and reason; it blocks its key only when
+later rows of that key were already waiting (then ``safetynet_outbox_blocked_keys``
+alerts). When Kafka itself is unreachable, nothing is marked, the relay backs off with
+jitter, readiness stays 200 and ``safetynet_outbox_oldest_unpublished_age_seconds`` grows.
+When the broker refuses *us* for a topic (authorization, SASL, the topic does not exist),
+that is a configuration fault: no row is dead-lettered or charged an attempt, the topic's
+rows wait out of the claim with back-off, readiness is 503 (``safetynet_config_fault
+{component="kafka"}`` alerts) and publishing resumes by itself once a retry succeeds.
 
 Inputs: the database, the producer, the relay's state. Outputs: Kafka messages with the
 SPEC §4 headers, ``published_at``/``publish_attempts``/``last_error``, metrics.
@@ -24,10 +29,8 @@ later with the same ``event-id`` (at least once). Marking is a must-complete tra
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
 import attrs
 import psycopg
@@ -35,8 +38,7 @@ import structlog
 import trio
 from psycopg.rows import dict_row
 
-from actors.finalize_store import event_id
-from actors.kafka_producer import KafkaProducer, OutMessage, SendResult
+from actors.kafka_producer import Delivery, KafkaProducer, SendResult
 from actors.lock_keeper import (
     CycleContext,
     CycleOutcome,
@@ -45,9 +47,12 @@ from actors.lock_keeper import (
     LockedJob,
     run_locked_cycle,
 )
+from actors.outbox_rows import Malformed, Row, parse_row, waves
+from actors.outbox_state import RelayState, backoff
 from supervision.config import OutboxRelayConfig
 from supervision.database import Database
-from supervision.errors import InfrastructureError
+from supervision.errors import ConfigurationFault, InfrastructureError
+from supervision.health import HEALTH
 from supervision.metrics import (
     OUTBOX_DEAD_LETTERED,
     OUTBOX_PUBLISH_FAILED,
@@ -57,6 +62,8 @@ from supervision.queries import QUERIES
 from supervision.tracing import span
 
 log = structlog.get_logger("outbox_relay")
+
+Key = tuple[str, str]  # (topic, message_key)
 
 
 @attrs.define
@@ -74,22 +81,6 @@ class RelayCounts:
         self.duration_ms += other.duration_ms
 
 
-@attrs.define
-class RelayState:
-    """What the relay remembers between cycles (in memory; a restart just retries)."""
-
-    kafka_failures: int = 0
-    kafka_retry_at: float = 0.0
-    row_retry_at: dict[int, float] = attrs.field(factory=dict)
-    row_failures: dict[int, int] = attrs.field(factory=dict)
-    retention_due_at: float = 0.0
-
-    def backoff(self, failures: int) -> float:
-        """Exponential back-off with full jitter in [d/2, d], capped at 30 s."""
-        delay = min(30.0, 0.25 * 2.0 ** min(failures - 1, 10))
-        return float(delay * random.uniform(0.5, 1.0))
-
-
 @attrs.frozen
 class RelayJob:
     cfg: OutboxRelayConfig
@@ -101,33 +92,13 @@ class RelayJob:
     retention_batch: int = 1000
 
 
-@attrs.frozen
-class Row:
-    id: int
-    topic: str
-    message_key: str
-    message: OutMessage
-
-
-def claim_batch(conn: psycopg.Connection, batch_size: int) -> list[Row]:
+def claim_batch(conn: psycopg.Connection, batch_size: int,
+                held_topics: Sequence[str] = ()) -> list[Row | Malformed]:
     with conn.cursor(row_factory=dict_row) as cur:
         records = cur.execute(QUERIES["outbox_claim_batch"],
-                              {"batch_size": batch_size}).fetchall()
-    return [_row(rec) for rec in records]
-
-
-def _row(rec: dict[str, Any]) -> Row:
-    headers = dict(rec["headers"] or {})
-    headers.setdefault("event-type", rec["event_type"])
-    if "event-id" not in headers:  # writers other than safetynet may leave it out
-        headers["event-id"] = event_id(rec["topic"], rec["dedupe_key"])
-    headers.setdefault("content-type", "application/json")
-    value = rec["payload"].encode()
-    message = OutMessage(
-        outbox_id=rec["id"], topic=rec["topic"], key=rec["message_key"].encode(), value=value,
-        headers=tuple((k, str(v).encode()) for k, v in headers.items()),
-    )
-    return Row(rec["id"], rec["topic"], rec["message_key"], message)
+                              {"batch_size": batch_size,
+                               "held_topics": list(held_topics)}).fetchall()
+    return [parse_row(rec) for rec in records]
 
 
 def mark_published(conn: psycopg.Connection, ids: list[int]) -> None:
@@ -143,26 +114,6 @@ def dead_letter(conn: psycopg.Connection, outbox_id: int, reason: str) -> bool:
     rec = conn.execute(QUERIES["outbox_dead_letter"],
                        {"id": outbox_id, "reason": reason[:512]}).fetchone()
     return bool(rec and rec[0])
-
-
-def waves(rows: Sequence[Row], now: float, retry_at: dict[int, float]) -> list[list[Row]]:
-    """Split *rows* (id order) into waves of at most one row per key, in id order.
-
-    A row still in its back-off holds back itself and every later row of its key."""
-    held: set[tuple[str, str]] = set()
-    depth: dict[tuple[str, str], int] = {}
-    out: list[list[Row]] = []
-    for row in rows:
-        key = (row.topic, row.message_key)
-        if key in held or retry_at.get(row.id, 0.0) > now:
-            held.add(key)
-            continue
-        level = depth.get(key, 0)
-        depth[key] = level + 1
-        while len(out) <= level:
-            out.append([])
-        out[level].append(row)
-    return out
 
 
 async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
@@ -181,7 +132,8 @@ async def run_relay_until_drained(
 ) -> CycleOutcome[RelayCounts]:
     """``safetynet run-once --job outbox-relay``: relay cycles under the relay's lock until
     a cycle publishes nothing; the summed counts. Kafka unreachable is an
-    :class:`InfrastructureError` (rows stay unpublished), not an empty success."""
+    :class:`InfrastructureError` and a topic held by a configuration fault a
+    :class:`ConfigurationFault` (rows stay unpublished), never an empty success."""
     locked = attrs.evolve(locked, cycle=partial(run_relay_cycle, job))
     total = RelayCounts()
     while True:
@@ -192,6 +144,9 @@ async def run_relay_until_drained(
         if job.state.kafka_failures:
             raise InfrastructureError("kafka: unreachable; rows stay unpublished")
         if outcome.result.published == 0:
+            fault = job.state.fault_reason()
+            if fault is not None:
+                raise ConfigurationFault(f"kafka: {fault}; their rows stay unpublished")
             return CycleOutcome(CycleStatus.RAN, outcome.job_run_id, total)
 
 
@@ -226,11 +181,16 @@ async def _drain(job: RelayJob) -> RelayCounts:
             try:
                 await job.producer.start()
             except Exception as exc:  # broker unreachable: back off, never crash-loop
-                _kafka_down(state, exc)
+                _kafka_down(state, type(exc).__name__)
                 return counts
         while trio.current_time() - started < job.max_run_duration:
-            rows = await job.db.atomic(claim_batch, job.cfg.batch_size)
-            plan = waves(rows, trio.current_time(), state.row_retry_at)
+            now = trio.current_time()
+            claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
+                                          state.held_topics(now))
+            state.forget_settled({row.id for row in claimed},
+                                 {row.topic for row in claimed}, now)
+            rows = await _dead_letter_malformed(job, claimed, counts)
+            plan = waves(rows, now, state.rows.due_at)
             if not any(plan):
                 break
             if not await _publish(job, plan, counts):
@@ -238,71 +198,117 @@ async def _drain(job: RelayJob) -> RelayCounts:
         return counts
     finally:
         counts.duration_ms = int((trio.current_time() - started) * 1000)
+        _report_health(state)
         if counts.published or counts.failed:
             log.info("relay_cycle_completed", **counts.as_json())
+
+
+def _report_health(state: RelayState) -> None:
+    reason = state.fault_reason()
+    if reason is None:
+        HEALTH.clear_fault("kafka")
+    else:
+        HEALTH.set_fault("kafka", reason)
+
+
+async def _dead_letter_malformed(job: RelayJob, claimed: Sequence[Row | Malformed],
+                                 counts: RelayCounts) -> list[Row]:
+    """Dead-letter the malformed rows; the sendable rows, without the rows of a key now
+    blocked behind a dead letter."""
+    blocked: set[Key] = set()
+    rows: list[Row] = []
+    for row in claimed:
+        key = (row.topic, row.message_key)
+        if key in blocked:
+            continue
+        if isinstance(row, Row):
+            rows.append(row)
+            continue
+        blocks = await job.db.atomic(dead_letter, row.id, row.reason)
+        OUTBOX_DEAD_LETTERED.inc()
+        counts.failed += 1
+        log.error("outbox_row_dead_lettered", outbox_id=row.id, topic=row.topic,
+                  error=row.reason, blocks_key=blocks)
+        if blocks:
+            blocked.add(key)
+    return rows
 
 
 async def _publish(job: RelayJob, plan: list[list[Row]], counts: RelayCounts) -> bool:
     """Send the waves in order, then mark what the broker acknowledged (one transaction
     per batch); False when Kafka looks down (stop draining)."""
     state = job.state
-    blocked: set[tuple[str, str]] = set()
-    acked: list[int] = []
+    blocked: set[Key] = set()
+    faulted: set[str] = set()
+    acked: list[Row] = []
     kafka_down = False
     try:
         for wave in plan:
-            wave = [row for row in wave if (row.topic, row.message_key) not in blocked]
+            wave = [row for row in wave if (row.topic, row.message_key) not in blocked
+                    and row.topic not in faulted]
             if not wave:
                 continue
             results = await job.producer.send_wave([row.message for row in wave])
             by_id = {row.id: row for row in wave}
-            wave_acked = [r.outbox_id for r in results if r.ok]
+            wave_acked = [by_id[r.outbox_id] for r in results if r.ok]
             acked.extend(wave_acked)
-            failures = [r for r in results if not r.ok]
-            for result in failures:
+            transient: str | None = None
+            for result in results:
                 row = by_id[result.outbox_id]
-                blocked.add((row.topic, row.message_key))
-                await _record_failure(job, row, result)
-                counts.failed += 1
-            transient = [r for r in failures if not r.permanent]
+                if result.delivery is Delivery.FAULT:
+                    if row.topic not in faulted:
+                        faulted.add(row.topic)
+                        _topic_fault(state, row.topic, result.error or "refused")
+                elif result.delivery is not Delivery.ACKED:
+                    if result.delivery is Delivery.TRANSIENT:
+                        transient = transient or result.error or "send failed"
+                    blocked.add((row.topic, row.message_key))
+                    await _record_failure(job, row, result)
+                    counts.failed += 1
             if transient and not wave_acked:
-                _kafka_down(state, RuntimeError(transient[0].error or "send failed"))
+                _kafka_down(state, transient)
                 kafka_down = True
                 break
     finally:
         if acked:  # only acknowledged rows; also when the waves were cut short
-            await job.db.atomic(mark_published, acked)
+            await job.db.atomic(mark_published, [row.id for row in acked])
             counts.published += len(acked)
             OUTBOX_PUBLISHED.inc(len(acked))
-            for outbox_id in acked:
-                state.row_retry_at.pop(outbox_id, None)
-                state.row_failures.pop(outbox_id, None)
+            for row in acked:
+                state.rows.forget(row.id)
+                state.topic_faults.pop(row.topic, None)
     if kafka_down:
         return False
     state.kafka_failures = 0
     return True
 
 
+def _topic_fault(state: RelayState, topic: str, error: str) -> None:
+    """The broker refuses us for *topic*: its rows wait untouched, readiness is 503."""
+    fault = state.topic_failed(topic, f"kafka:{error}", trio.current_time())
+    HEALTH.set_fault("kafka", state.fault_reason() or fault.reason)
+    log.error("config_fault", component="kafka", topic=topic, error=fault.reason,
+              retry_in_s=round(fault.retry_at - trio.current_time(), 2))
+
+
 async def _record_failure(job: RelayJob, row: Row, result: SendResult) -> None:
-    state = job.state
     error = f"kafka:{result.error}"
-    OUTBOX_PUBLISH_FAILED.labels(kind="permanent" if result.permanent else "transient").inc()
-    if result.permanent:
+    permanent = result.delivery is Delivery.REJECTED
+    OUTBOX_PUBLISH_FAILED.labels(kind="permanent" if permanent else "transient").inc()
+    if permanent:
         blocks = await job.db.atomic(dead_letter, row.id, error)
         OUTBOX_DEAD_LETTERED.inc()
         log.error("outbox_row_dead_lettered", outbox_id=row.id, topic=row.topic,
                   error=error, blocks_key=blocks)
         return
     await job.db.atomic(mark_failed, [row.id], error)
-    attempts = state.row_failures.get(row.id, 0) + 1
-    state.row_failures[row.id] = attempts
-    state.row_retry_at[row.id] = trio.current_time() + state.backoff(attempts)
+    job.state.rows.failed(row.id, trio.current_time())
     log.warning("outbox_publish_failed", outbox_id=row.id, topic=row.topic, error=error)
 
 
-def _kafka_down(state: RelayState, exc: BaseException) -> None:
+def _kafka_down(state: RelayState, error: str) -> None:
     state.kafka_failures += 1
-    delay = state.backoff(state.kafka_failures)
+    delay = backoff(state.kafka_failures)
     state.kafka_retry_at = trio.current_time() + delay
-    log.warning("kafka_unavailable", error=type(exc).__name__, failures=state.kafka_failures,
+    log.warning("kafka_unavailable", error=error, failures=state.kafka_failures,
                 retry_in_s=round(delay, 2))

@@ -293,7 +293,7 @@ async def timed_drain(cfg: Config) -> tuple[float, TimedDatabase, TimedProducer]
 
 
 INCLUSIVE = (
-    "run_relay_cycle", "claim_batch", "_row", "waves", "_publish", "send_wave", "_send_wave",
+    "run_relay_cycle", "claim_batch", "parse_row", "waves", "_publish", "send_wave", "_send_wave",
     "AIOKafkaProducer.send", "mark_published", "work", "to_thread_run_sync", "run_asyncio",
     "check_connection", "Transaction.__exit__", "dumps", "event_id", "_sender_routine",
     "_send_produce_req", "_proxy_to_logger",
@@ -322,7 +322,7 @@ def profile(cfg: Config, kafka: KafkaServer, work: Workload, tag: str, partition
                  f" ms/wave); {1000 * producer.wall / rows:.3f} ms/event")
     lines += db.report(rows, "event")
     lines.append(f"  accounted: {producer.wall + sum(s[1] for s in db.stats.values()):.2f} s"
-                 f" of {seconds:.2f} s (the rest: waves(), _row(), Trio)")
+                 f" of {seconds:.2f} s (the rest: waves(), parse_row(), Trio)")
     if not py_spy_available():
         lines.append("2) py-spy not installed (pip install py-spy): no CPU profile")
         return lines

@@ -31,5 +31,10 @@ class InfrastructureError(SafetynetError):
     """A server safetynet depends on (PostgreSQL, S3, Kafka) failed or is unreachable."""
 
 
+class ConfigurationFault(SafetynetError):
+    """A dependency is misconfigured (missing bucket, access denied, unknown topic);
+    retrying will not help until the configuration is fixed."""
+
+
 class WireError(SafetynetError):
     """A line on the S3 worker pipe could not be understood."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import attrs
@@ -16,14 +17,22 @@ import pytest
 import trio
 
 from actors.finalize_store import event_id
-from actors.lock_keeper import LockConnection, run_locked_cycle, serve_lock_keeper
+from actors.kafka_producer import KafkaProducer
+from actors.lock_keeper import (
+    CycleContext,
+    LockConnection,
+    run_locked_cycle,
+    serve_lock_keeper,
+)
 from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayCounts, apply_retention
+from actors.outbox_relay import RelayCounts, apply_retention, run_relay_cycle
+from supervision.app import daemon
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job, relay_locked_job
 from supervision.config import Config
 from supervision.dev.stack import KafkaServer, S3Server
-from supervision.errors import InfrastructureError
+from supervision.errors import ConfigurationFault, InfrastructureError
+from supervision.health import HEALTH
 from supervision.queries import QUERIES
 from tests.conftest import make_config
 from tests.messenger import KafkaMessage, fetch, read_topic
@@ -70,7 +79,8 @@ def unpublished(dsn: str) -> list[dict[str, Any]]:
 def outbox_by_event_id(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = fetch(conn, "SELECT id, headers FROM messenger.integration_outbox")
-    return {r["headers"]["event-id"]: r["id"] for r in rows}
+    return {r["headers"]["event-id"]: r["id"] for r in rows
+            if isinstance(r["headers"], dict) and "event-id" in r["headers"]}
 
 
 async def read(kafka: KafkaServer, topic: str, expect: int | None = None) -> list[KafkaMessage]:
@@ -267,3 +277,143 @@ async def test_lock_keeper_serialises_relays(cfg: Config, db_dsn: str) -> None:
         assert outcome.status == "ran" and isinstance(outcome.result, RelayCounts)
         a.discard()
         b.discard()
+
+
+def insert_raw(dsn: str, topic: str, key: str, payload: str, headers: str) -> int:
+    """One outbox row with *payload*/*headers* given as JSON text, as another service
+    might write it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
+            " event_type, payload, headers) VALUES (%s, %s, %s, 'Test', %s::jsonb,"
+            " %s::jsonb) RETURNING id", (topic, key, str(uuid.uuid4()), payload,
+                                         headers)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def dead_letters(dsn: str) -> dict[int, dict[str, Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {d["outbox_id"]: d for d in fetch(
+            conn, "SELECT * FROM safetynet.outbox_dead_letters")}
+
+
+MALFORMED = [  # (payload, headers, reason)
+    ('{"N": 1}', "[1, 2]", "malformed_row: headers is a JSON array, not an object"),
+    ('{"N": 1}', '{"event-id": 5}',
+     "malformed_row: header 'event-id' is a JSON number, not a string"),
+    ('"just text"', "{}", "malformed_row: payload is a JSON string, not an object"),
+    ("42", "{}", "malformed_row: payload is a JSON number, not an object"),
+]
+
+
+async def test_malformed_rows_are_dead_lettered_while_the_relay_keeps_publishing(
+        cfg: Config, db_dsn: str, kafka_server: KafkaServer, topic: str) -> None:
+    """Bad headers/payloads among good rows: the running relay (lock keeper and all)
+    dead-letters each with its reason, publishes every good row, blocks only the key of
+    a bad row that had later rows waiting, and goes on publishing what comes next."""
+    good = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b", "c"])
+    bad = [await trio.to_thread.run_sync(insert_raw, db_dsn, topic, f"bad{n}", payload,
+                                         headers)
+           for n, (payload, headers, _reason) in enumerate(MALFORMED)]
+    good += await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b", "c"])
+    # a bad row with a later row of its key waiting: that key is blocked, in order
+    blocker = await trio.to_thread.run_sync(insert_raw, db_dsn, topic, "a", "[]", "{}")
+    behind = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])
+    expected_waiting = sorted([*bad, blocker, *behind])
+    async with running_relay(cfg):
+        await trio.to_thread.run_sync(
+            wait_until, lambda: [r["id"] for r in unpublished(db_dsn)] == expected_waiting
+            and len(dead_letters(db_dsn)) == len(MALFORMED) + 1, 30,
+            "the good rows published and the bad ones dead-lettered")
+        later = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["d"])
+        await trio.to_thread.run_sync(
+            wait_until, lambda: later[0] not in {r["id"] for r in unpublished(db_dsn)},
+            30, "a row written afterwards to be published")
+    dead = await trio.to_thread.run_sync(dead_letters, db_dsn)
+    assert {outbox_id: d["reason"] for outbox_id, d in dead.items()} == {
+        **{outbox_id: reason for outbox_id, (_p, _h, reason) in zip(bad, MALFORMED,
+                                                                      strict=True)},
+        blocker: "malformed_row: payload is a JSON array, not an object"}
+    assert [outbox_id for outbox_id, d in dead.items() if d["blocks_key"]] == [blocker]
+    messages = await read(kafka_server, topic, expect=len(good) + 1)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert sorted(by_event[m.headers["event-id"]] for m in messages) == [*good, *later]
+
+
+@pytest.fixture
+def no_topic_creation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every producer the app opens asks the broker not to create topics: Tansu then
+    answers like a broker with auto-create off."""
+    monkeypatch.setattr(daemon, "KafkaProducer", partial(KafkaProducer, create_topics=False))
+    yield
+    HEALTH.clear_fault("kafka")
+
+
+async def test_missing_topic_is_a_configuration_fault_that_heals_once_created(
+        cfg: Config, db_dsn: str, kafka_server: KafkaServer, topic: str,
+        no_topic_creation: None) -> None:
+    """Rows for a topic that does not exist (auto-create off): at once — not after a
+    metadata wait per row — nothing is dead-lettered, no attempt is counted, readiness
+    names the topic, run-once fails; other topics publish meanwhile. Once the topic is
+    created, the next try publishes them and readiness recovers."""
+    other = f"{topic}.ok"
+    await trio.to_thread.run_sync(kafka_server.create_topic, other)
+    missing = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b", "a"])
+    fine = await trio.to_thread.run_sync(enqueue, db_dsn, other, ["a", "b"])
+    async with open_resources(cfg) as res:
+        job = relay_job(res)
+        with trio.fail_after(5):  # aiokafka alone waits 10 s per row, then says "unknown"
+            counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t1"))
+        assert (counts.published, counts.failed) == (2, 0)
+        assert HEALTH.reason() == (f"configuration fault in kafka: topic {topic}:"
+                                   " kafka:UnknownTopicOrPartitionError")
+        rows = await trio.to_thread.run_sync(unpublished, db_dsn)
+        assert [r["id"] for r in rows] == missing
+        assert {(r["publish_attempts"], r["last_error"]) for r in rows} == {(0, None)}
+        assert await trio.to_thread.run_sync(dead_letters, db_dsn) == {}
+        with pytest.RaisesGroup(pytest.RaisesExc(ConfigurationFault, match=topic),
+                                flatten_subgroups=True):
+            await run_once(cfg, "outbox-relay")
+
+        await trio.to_thread.run_sync(kafka_server.create_topic, topic)
+        await trio.sleep_until(job.state.topic_faults[topic].retry_at)  # the fault's back-off
+        counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t2"))
+        assert counts.published == 3 and HEALTH.reason() is None
+    messages = await read(kafka_server, topic, expect=3)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert [by_event[m.headers["event-id"]] for m in messages] == missing
+    assert fine[0] not in {r["id"] for r in await trio.to_thread.run_sync(unpublished, db_dsn)}
+
+
+async def test_retry_state_of_rows_settled_elsewhere_is_dropped(
+        cfg: Config, db_dsn: str, topic: str) -> None:
+    """The relay forgets the back-off of rows it will never send again (published by
+    another relay, dead-lettered): its memory is bounded by the pending rows."""
+    ids = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b"])
+    async with open_resources(cfg) as res:
+        job = relay_job(res)
+        for outbox_id in ids:
+            job.state.rows.failed(outbox_id, trio.current_time(), delay=3600.0)
+        with psycopg.connect(db_dsn, autocommit=True) as conn:  # another relay's work
+            conn.execute("UPDATE messenger.integration_outbox SET published_at = now()"
+                         " WHERE id = %s", (ids[0],))
+        counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t"))
+        assert counts.published == 0  # row b is still in its back-off
+        assert len(job.state.rows) == 1 and job.state.rows.due_at(ids[1]) > 0
+
+
+async def test_row_with_an_invalid_topic_name_is_dead_lettered_at_once(
+        cfg: Config, db_dsn: str, kafka_server: KafkaServer, topic: str) -> None:
+    """A topic name the broker calls invalid is that row's fault: the topic probe's answer
+    dead-letters it without a metadata wait, and the other rows are published."""
+    bad = await trio.to_thread.run_sync(enqueue, db_dsn, "not a topic!", ["a"])
+    good = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b"])
+    with trio.fail_after(5):  # aiokafka alone waits 10 s, then calls it unknown (transient)
+        counts = await run_once(cfg, "outbox-relay")
+    assert (counts["published"], counts["failed"]) == (2, 1)
+    dead = await trio.to_thread.run_sync(dead_letters, db_dsn)
+    assert {k: d["reason"] for k, d in dead.items()} == {bad[0]: "kafka:InvalidTopicError"}
+    messages = await read(kafka_server, topic, expect=2)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert sorted(by_event[m.headers["event-id"]] for m in messages) == good

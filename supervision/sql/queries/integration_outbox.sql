@@ -1,13 +1,15 @@
 -- name: outbox_claim_batch --
 -- The next unpublished rows in id order. Skips rows another relay holds, dead-lettered
--- rows, and every row of a key blocked behind a dead letter of that key (per-key order is
--- never broken; a blocked key raises an alert instead).
+-- rows, every row of a key blocked behind a dead letter of that key (per-key order is
+-- never broken; a blocked key raises an alert instead), and the rows of topics held by
+-- a configuration fault (so they never fill the batch and starve the other topics).
 -- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
--- no parse/serialise round trip in Python.
+-- no parse/serialise round trip in Python; its JSON type says whether it is an object.
 SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload::text AS payload,
-       o.headers, o.publish_attempts
+       jsonb_typeof(o.payload) AS payload_type, o.headers, o.publish_attempts
 FROM messenger.integration_outbox o
 WHERE o.published_at IS NULL
+  AND o.topic <> ALL(%(held_topics)s::text[])
   AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
                   WHERE d.topic = o.topic AND d.message_key = o.message_key
                     AND (d.outbox_id = o.id OR (d.blocks_key AND d.outbox_id < o.id)))
@@ -27,9 +29,8 @@ SET publish_attempts = publish_attempts + 1, last_error = %(last_error)s
 WHERE id = ANY(%(ids)s) AND published_at IS NULL;
 
 -- name: outbox_dead_letter --
--- A message the broker (or the client) rejects permanently: never retried, never
--- published, and it blocks the later rows of its key.
--- It blocks its key only when later rows of that key are already waiting.
+-- A message the broker (or the client) rejects permanently, or a malformed row: never
+-- retried, never published. It blocks its key only when later rows of that key are already waiting.
 WITH dead AS (
     INSERT INTO safetynet.outbox_dead_letters (outbox_id, topic, message_key, reason, blocks_key)
     SELECT o.id, o.topic, o.message_key, %(reason)s,

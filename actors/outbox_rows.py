@@ -1,0 +1,106 @@
+"""Outbox rows as the relay sees them: parsing a claimed row, and the per-key waves.
+
+>>> parsed = parse_row(record)      # a Row ready to send, or a Malformed row
+>>> plan = waves(rows, now, due_at)  # lists of rows, at most one per key each
+
+``messenger.integration_outbox`` is written by other services too, so a row is checked
+before it becomes a Kafka message: ``payload`` must be a JSON object (it is sent as it is
+stored) and ``headers`` a JSON object whose values are strings (JSON ``null`` means no
+headers). Anything else is :class:`Malformed`, with a one-line reason, and the relay
+dead-letters it like a message the broker rejects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from actors.finalize_store import event_id
+from actors.kafka_producer import OutMessage
+
+
+@attrs.frozen
+class Row:
+    id: int
+    topic: str
+    message_key: str
+    message: OutMessage
+
+
+@attrs.frozen
+class Malformed:
+    """A row that cannot become a Kafka message; *reason* says why, in one line."""
+
+    id: int
+    topic: str
+    message_key: str
+    reason: str
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a decoded JSON value (as ``jsonb_typeof`` spells it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _headers_problem(headers: object) -> str | None:
+    if not isinstance(headers, dict):
+        return f"headers is a JSON {json_type(headers)}, not an object"
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            return f"header {name[:64]!r} is a JSON {json_type(value)}, not a string"
+    return None
+
+
+def parse_row(rec: dict[str, Any]) -> Row | Malformed:
+    """A claimed record (``outbox_claim_batch``) as a message, or why it cannot be one."""
+    headers = {} if rec["headers"] is None else rec["headers"]
+    problem = _headers_problem(headers)
+    if rec["payload_type"] != "object":
+        problem = f"payload is a JSON {rec['payload_type']}, not an object"
+    if problem is not None:
+        return Malformed(rec["id"], rec["topic"], rec["message_key"], f"malformed_row: {problem}")
+    headers = dict(headers)
+    headers.setdefault("event-type", rec["event_type"])
+    if "event-id" not in headers:  # writers other than safetynet may leave it out
+        headers["event-id"] = event_id(rec["topic"], rec["dedupe_key"])
+    headers.setdefault("content-type", "application/json")
+    message = OutMessage(
+        outbox_id=rec["id"], topic=rec["topic"], key=rec["message_key"].encode(),
+        value=rec["payload"].encode(),
+        headers=tuple((k, v.encode()) for k, v in headers.items()),
+    )
+    return Row(rec["id"], rec["topic"], rec["message_key"], message)
+
+
+def waves(rows: Sequence[Row], now: float,
+          due_at: Callable[[int], float]) -> list[list[Row]]:
+    """Split *rows* (id order) into waves of at most one row per key, in id order.
+
+    A row still in its back-off (``due_at(id) > now``) holds back itself and every later
+    row of its key."""
+    held: set[tuple[str, str]] = set()
+    depth: dict[tuple[str, str], int] = {}
+    out: list[list[Row]] = []
+    for row in rows:
+        key = (row.topic, row.message_key)
+        if key in held or due_at(row.id) > now:
+            held.add(key)
+            continue
+        level = depth.get(key, 0)
+        depth[key] = level + 1
+        while len(out) <= level:
+            out.append([])
+        out[level].append(row)
+    return out

@@ -1,0 +1,93 @@
+"""Outbox rows written by any service: a well-formed row becomes a Kafka message, a
+malformed one a dead letter with a one-line reason; waves keep per-key order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from actors.finalize_store import event_id
+from actors.outbox_rows import Malformed, Row, parse_row, waves
+
+
+def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[str, Any]:
+    """A claimed record as ``outbox_claim_batch`` returns it (payload as text + its type)."""
+    payload = {"RecordingId": "r1"} if payload is None else payload
+    rec = {"id": 7, "topic": "t", "message_key": "k", "dedupe_key": "d", "event_type": "E",
+           "payload": json.dumps(payload), "headers": {} if headers is None else headers,
+           "payload_type": {dict: "object", list: "array", str: "string", int: "number",
+                            bool: "boolean"}[type(payload)], "publish_attempts": 0}
+    rec.update(overrides)
+    return rec
+
+
+def test_well_formed_row_gets_the_missing_spec_headers() -> None:
+    """A row without event-id/content-type gets them; its payload is sent as stored."""
+    row = parse_row(record(headers={"source": "messenger"}))
+    assert isinstance(row, Row)
+    headers = dict(row.message.headers)
+    assert headers == {"source": b"messenger", "event-type": b"E",
+                       "event-id": event_id("t", "d").encode(),
+                       "content-type": b"application/json"}
+    assert row.message.value == b'{"RecordingId": "r1"}' and row.message.key == b"k"
+
+
+def test_json_null_headers_mean_no_headers() -> None:
+    """``headers = 'null'::jsonb`` is read as no headers, not as a malformed row."""
+    rec = record()
+    rec["headers"] = None
+    assert isinstance(parse_row(rec), Row)
+
+
+@pytest.mark.parametrize(("overrides", "reason"), [
+    ({"headers": [1, 2]}, "malformed_row: headers is a JSON array, not an object"),
+    ({"headers": "x"}, "malformed_row: headers is a JSON string, not an object"),
+    ({"headers": {"event-id": 5}}, "malformed_row: header 'event-id' is a JSON number,"
+                                   " not a string"),
+    ({"headers": {"a": None}}, "malformed_row: header 'a' is a JSON null, not a string"),
+    ({"headers": {"a": {"b": "c"}}}, "malformed_row: header 'a' is a JSON object,"
+                                     " not a string"),
+    ({"headers": {"a": True}}, "malformed_row: header 'a' is a JSON boolean, not a string"),
+    ({"payload": "\"text\"", "payload_type": "string"},
+     "malformed_row: payload is a JSON string, not an object"),
+    ({"payload": "42", "payload_type": "number"},
+     "malformed_row: payload is a JSON number, not an object"),
+    ({"payload": "[]", "payload_type": "array"},
+     "malformed_row: payload is a JSON array, not an object"),
+    ({"payload": "null", "payload_type": "null"},
+     "malformed_row: payload is a JSON null, not an object"),
+])
+def test_malformed_row_is_reported_with_its_reason(overrides: dict[str, Any],
+                                                   reason: str) -> None:
+    """Valid JSON of the wrong shape is never sent (nor crashes the relay): it says why."""
+    assert parse_row(record(**overrides)) == Malformed(7, "t", "k", reason)
+
+
+def test_malformed_reason_names_at_most_64_characters_of_a_header() -> None:
+    """A huge header name cannot blow up the one-line reason."""
+    parsed = parse_row(record(headers={"h" * 10_000: 1}))
+    assert isinstance(parsed, Malformed) and len(parsed.reason) < 140
+
+
+def rows(*spec: tuple[int, str]) -> list[Row]:
+    out = []
+    for outbox_id, key in spec:
+        parsed = parse_row(record(id=outbox_id, message_key=key))
+        assert isinstance(parsed, Row)
+        out.append(parsed)
+    return out
+
+
+def test_waves_hold_one_row_per_key_in_id_order() -> None:
+    """Rows of a key land in successive waves; other keys share the first wave."""
+    plan = waves(rows((1, "a"), (2, "a"), (3, "b"), (4, "a")), 0.0, lambda _id: 0.0)
+    assert [[r.id for r in wave] for wave in plan] == [[1, 3], [2], [4]]
+
+
+def test_a_row_in_back_off_holds_back_the_rest_of_its_key() -> None:
+    """Row 2 is not due: it and row 4 (same key, later) wait; row 1 and 3 go."""
+    plan = waves(rows((1, "a"), (2, "b"), (3, "c"), (4, "b")), 10.0,
+                 lambda outbox_id: 11.0 if outbox_id == 2 else 0.0)
+    assert [[r.id for r in wave] for wave in plan] == [[1, 3]]
