@@ -239,6 +239,11 @@ class ConferenceReaperConfig:
         30.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive],
         maximum=HOUR,
     )
+    poison_backoff_cap: float = _setting(
+        3600.0, "A poison conference (its outcome cannot be written, or it started after "
+        "AsOf) is out of the claim for polling_interval x 2^failures, at most this long.",
+        duration=True, checks=[_positive], maximum=7 * DAY,
+    )
 
 
 @attrs.frozen
