@@ -34,8 +34,12 @@ Poison: a conference the guard rejects — an Active room with ``started_at`` af
 (its duration would be negative: a writer's clock ran ahead) — or whose outcome cannot
 be written — e.g. a ``started_at`` of 0001-01-01 (a default ``DateTimeOffset`` leaked by a
 writer), whose duration does not fit ``duration_seconds``. Either is logged
-(``item_failed``), counted (``errors``, ``messenger_conf_reaper_errors_total``) and left
-active for the next cycle and the runbook; the rest of the batch commits. Infrastructure
+(``item_failed``), counted (``errors``, ``messenger_conf_reaper_errors_total``), left
+active, and remembered with its reason in ``safetynet.conference_poison`` (same
+transaction): the claims pass over it for ``polling_interval x 2^failures`` (at most
+``poison_backoff_cap``), and a full batch that held poison is claimed again at once, so
+poison never starves a phase. ``safetynet status`` lists it, ``safetynet requeue
+<conference id>`` releases it (retried next cycle); the rest of the batch commits. Infrastructure
 failure rolls the phase's batch back whole and ends the cycle with the error (stops for
 the batches committed before it are still sent).
 
@@ -64,7 +68,7 @@ import trio
 from actors.finalize_store import db_now
 from actors.lock_keeper import CycleContext
 from actors.reaper_messages import PHASES, PhaseResult, StopRecording
-from actors.reaper_store import active_backlog, reap_phase
+from actors.reaper_store import active_backlog, poisoned_count, prune_poison, reap_phase
 from actors.recorder_signal import RecorderSignal, serve_recorder_signal
 from supervision.config import ConferenceReaperConfig, MediaConfig
 from supervision.database import Database
@@ -73,6 +77,7 @@ from supervision.metrics import (
     CR_CYCLE_DURATION,
     CR_ERRORS,
     CR_ITEMS,
+    CR_POISONED,
     CR_RUNS,
     CR_SKIP_LOCKED,
 )
@@ -123,12 +128,15 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
     try:
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
+        await job.db.run(prune_poison)
         deadline = started + job.cfg.max_run_duration
         stops: list[StopRecording] = []
         failure: Exception | None = None
         async with trio.open_nursery() as nursery:
             try:
-                for phase in PHASES:
+                pending = list(PHASES)
+                while pending:
+                    phase = pending[0]
                     # A stop requested during the previous batch (which the shield let
                     # commit) is honoured here, before the next storage access.
                     await trio.lowlevel.checkpoint_if_cancelled()
@@ -150,6 +158,8 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
                     stops.extend(StopRecording(recording_id, reaped.conference_id)
                                  for reaped in result.reaped
                                  for recording_id in reaped.active_recordings)
+                    if not _claim_again(result, job.cfg.batch_size):
+                        pending.pop(0)
             except Exception as exc:  # batches already committed still get their stops
                 failure = exc
         if stops:
@@ -173,6 +183,13 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
         log.info("cycle_completed", status=status, **counts.as_json())
         with trio.move_on_after(2, shield=True):
             await refresh_backlog(job.db, job.cfg)
+
+
+def _claim_again(result: PhaseResult, batch_size: int) -> bool:
+    """A full batch that held poison: the phase claims again at once. The poison it just
+    remembered is out of the claim now, so poison costs its phase a round trip, not a
+    cycle; every repeat remembers at least one more, and the deadline bounds it too."""
+    return bool(result.failed) and result.claimed >= batch_size
 
 
 async def _signal_recorders(job: ReaperJob, stops: list[StopRecording]) -> None:
@@ -212,9 +229,12 @@ async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
 
 
 async def refresh_backlog(db: Database, cfg: ConferenceReaperConfig) -> None:
-    """``messenger_conf_reaper_active_backlog``, from one cheap query."""
+    """``messenger_conf_reaper_active_backlog`` and ``safetynet_conf_reaper_poisoned``,
+    from two cheap queries."""
     try:
         backlog = await db.run(active_backlog, cfg)
+        poisoned = await db.run(poisoned_count)
     except Exception:  # a gauge refresh must never fail a cycle
         return
     CR_ACTIVE_BACKLOG.set(backlog)
+    CR_POISONED.set(poisoned)

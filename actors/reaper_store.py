@@ -11,6 +11,11 @@ conference, each in its own SAVEPOINT, so the poison is isolated and the rest co
 Rows the guard rejects (started after AsOf) never fail the statement: they come back as
 rejected and are left untouched. SQL is called by name from
 ``supervision/sql/queries/conference_sessions.sql``.
+
+Poison (rejected or isolated rows) is remembered in ``safetynet.conference_poison`` in the
+same transaction (``conference_poison.sql``): the claims pass over it until its back-off
+(``polling_interval x 2^failures``, at most ``poison_backoff_cap``) has run out, so
+``batch_size`` poison rows cannot starve a phase; reaping a conference forgets it.
 """
 
 from __future__ import annotations
@@ -82,7 +87,31 @@ def reap_phase(conn: psycopg.Connection, phase: Phase, cfg: ConferenceReaperConf
         elif rec.get("rejected"):
             failed.append(ItemFailed(str(rec["id"]), str(rec["rejected"]),
                                      _text(rec.get("tenant_id"))))
+    if failed:
+        _remember_poison(conn, phase, cfg, as_of, failed)
     return PhaseResult(phase, len(ids), skipped, tuple(reaped), tuple(failed), fallback)
+
+
+def _remember_poison(conn: psycopg.Connection, phase: Phase, cfg: ConferenceReaperConfig,
+                     as_of: dt.datetime, failed: list[ItemFailed]) -> None:
+    """Keep *failed* out of the claim for a back-off (same transaction as the batch)."""
+    conn.execute(QUERIES["conference_poison_record"], {
+        "ids": [f.conference_id for f in failed], "reasons": [f.error for f in failed],
+        "phase": phase.name, "as_of": as_of, "interval": cfg.polling_interval,
+        "cap": cfg.poison_backoff_cap,
+    })
+
+
+def prune_poison(conn: psycopg.Connection) -> None:
+    """Forget poison conferences that are no longer active."""
+    conn.execute(QUERIES["conference_poison_prune"])
+
+
+def poisoned_count(conn: psycopg.Connection) -> int:
+    """Remembered poison conferences that are still active."""
+    row = conn.execute(QUERIES["conference_poison_count"]).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _reap(conn: psycopg.Connection, phase: Phase, as_of: dt.datetime, job_run_id: str,

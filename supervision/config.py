@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,8 @@ EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 
 Check = Callable[[Any], str | None]
 _REQUIRED = attrs.NOTHING
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
+MAX_BATCH = 10_000  # rows per claim: beyond it one transaction holds too many locks
 
 
 def _setting(
@@ -42,9 +45,23 @@ def _setting(
     *,
     duration: bool = False,
     checks: Sequence[Check] = (),
+    maximum: float | None = None,
 ) -> Any:
-    meta = {"doc": doc, "duration": duration, "checks": tuple(checks)}
+    """One setting; a numeric one names its *maximum* (checked after *checks*)."""
+    bound = () if maximum is None else (_at_most(maximum, duration),)
+    meta = {"doc": doc, "duration": duration, "checks": (*checks, *bound), "maximum": maximum}
     return attrs.field(default=default, metadata=meta)
+
+
+def _at_most(limit: float, duration: bool) -> Check:
+    def show(value: Any) -> str:
+        return _show(value) if duration else repr(value)
+
+    def check(value: Any) -> str | None:
+        # not `value > limit`: NaN is past every limit too
+        return None if value <= limit else f"must be <= {show(limit)}, got {show(value)}"
+
+    return check
 
 
 def _positive(value: Any) -> str | None:
@@ -140,11 +157,13 @@ class S3Config:
     )
     access_key_id: Secret = _setting(Secret(""), "S3 access key id (or env). Secret.")
     secret_access_key: Secret = _setting(Secret(""), "S3 secret access key (or env). Secret.")
-    timeout: float = _setting(5.0, "Timeout of one S3 request.", duration=True, checks=[_positive])
+    timeout: float = _setting(5.0, "Timeout of one S3 request.", duration=True, checks=[_positive],
+                              maximum=5 * MINUTE)
     concurrency: int = _setting(
         8, "Size of the S3 reconciler pool: HEAD requests on the wire at once (one"
-        " connection each; the pool queues 2 per connection in the S3 worker).",
-        checks=[_positive])
+        " connection each; the pool queues 2 per connection in the S3 worker). At most 256:"
+        " the worker waits on its sockets with select(), which stops at 1,024 descriptors.",
+        checks=[_positive], maximum=256)
 
 
 @attrs.frozen
@@ -154,7 +173,8 @@ class MediaConfig:
     )
     token: Secret = _setting(Secret(""), "Bearer token for the media stack; empty = none. Secret.")
     timeout: float = _setting(
-        2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive]
+        2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive],
+        maximum=MINUTE,
     )
 
 
@@ -162,28 +182,33 @@ class MediaConfig:
 class RecordingFinalizeConfig:
     enabled: bool = _setting(True, "Run the job (RECORDINGS_ENABLED).")
     polling_interval: float = _setting(
-        60.0, "Time between cycle starts.", duration=True, checks=[_positive]
+        60.0, "Time between cycle starts.", duration=True, checks=[_positive], maximum=HOUR
     )
-    batch_size: int = _setting(100, "Rows claimed per batch.", checks=[_positive])
-    max_attempts: int = _setting(8, "Attempts before a row is quarantined.", checks=[_positive])
+    batch_size: int = _setting(100, "Rows claimed per batch.", checks=[_positive],
+                               maximum=MAX_BATCH)
+    max_attempts: int = _setting(8, "Attempts before a row is quarantined.", checks=[_positive],
+                                 maximum=100)
     finalize_sla_timeout: float = _setting(
         1800.0, "How long after its session ended a recording is reconciled.", duration=True,
-        checks=[_non_negative],
+        checks=[_non_negative], maximum=7 * DAY,
     )
-    backoff_base: float = _setting(60.0, "First retry delay.", duration=True, checks=[_positive])
+    backoff_base: float = _setting(60.0, "First retry delay.", duration=True, checks=[_positive],
+                                   maximum=DAY)
     backoff_factor: float = _setting(
-        2.0, "Growth factor of the retry delay.", checks=[_at_least_one]
+        2.0, "Growth factor of the retry delay.", checks=[_at_least_one], maximum=10.0
     )
-    backoff_cap: float = _setting(900.0, "Largest retry delay.", duration=True, checks=[_positive])
+    backoff_cap: float = _setting(900.0, "Largest retry delay.", duration=True, checks=[_positive],
+                                  maximum=7 * DAY)
     backoff_jitter: float = _setting(
-        0.2, "Random +/- fraction applied to each delay.", checks=[_fraction]
+        0.2, "Random +/- fraction applied to each delay.", checks=[_fraction], maximum=0.9
     )
     lock_ttl: float = _setting(
         300.0, "Bound of one cycle under the advisory lock; must exceed max_run_duration.",
-        duration=True, checks=[_positive],
+        duration=True, checks=[_positive], maximum=2 * HOUR,
     )
     max_run_duration: float = _setting(
-        180.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive]
+        180.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive],
+        maximum=HOUR,
     )
 
 
@@ -191,27 +216,34 @@ class RecordingFinalizeConfig:
 class ConferenceReaperConfig:
     enabled: bool = _setting(True, "Run the job (CONFERENCE_CALLS_ENABLED).")
     polling_interval: float = _setting(
-        30.0, "Time between cycle starts.", duration=True, checks=[_positive]
+        30.0, "Time between cycle starts.", duration=True, checks=[_positive], maximum=HOUR
     )
-    batch_size: int = _setting(100, "Conferences claimed per phase and cycle.", checks=[_positive])
+    batch_size: int = _setting(100, "Conferences claimed per phase and cycle.", checks=[_positive],
+                               maximum=MAX_BATCH)
     empty_room_grace: float = _setting(
         90.0, "An Active room with nobody in it is ended after this long.", duration=True,
-        checks=[_positive],
+        checks=[_positive], maximum=DAY,
     )
     provision_timeout: float = _setting(
         120.0, "A Provisioning conference fails after this long.", duration=True,
-        checks=[_positive],
+        checks=[_positive], maximum=DAY,
     )
     stale_live_timeout: float = _setting(
         14400.0, "An Active conference with no activity is ended after this long.",
-        duration=True, checks=[_positive],
+        duration=True, checks=[_positive], maximum=30 * DAY,
     )
     lock_ttl: float = _setting(
         120.0, "Bound of one cycle under the advisory lock; must exceed max_run_duration.",
-        duration=True, checks=[_positive],
+        duration=True, checks=[_positive], maximum=2 * HOUR,
     )
     max_run_duration: float = _setting(
-        30.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive]
+        30.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive],
+        maximum=HOUR,
+    )
+    poison_backoff_cap: float = _setting(
+        3600.0, "A poison conference (its outcome cannot be written, or it started after "
+        "AsOf) is out of the claim for polling_interval x 2^failures, at most this long.",
+        duration=True, checks=[_positive], maximum=7 * DAY,
     )
 
 
@@ -224,14 +256,15 @@ class JobsConfig:
 @attrs.frozen
 class OutboxRelayConfig:
     enabled: bool = _setting(True, "Run the Kafka outbox relay.")
-    batch_size: int = _setting(500, "Outbox rows claimed per batch.", checks=[_positive])
+    batch_size: int = _setting(500, "Outbox rows claimed per batch.", checks=[_positive],
+                               maximum=MAX_BATCH)
     poll_interval: float = _setting(
         1.0, "Fallback poll period; LISTEN/NOTIFY wakes the relay sooner.", duration=True,
-        checks=[_positive],
+        checks=[_positive], maximum=5 * MINUTE,
     )
     retention: float = _setting(
         604800.0, "Published rows older than this are deleted.", duration=True,
-        checks=[_positive],
+        checks=[_positive], maximum=365 * DAY,
     )
 
 
@@ -256,14 +289,14 @@ class LoggingConfig:
 class SupervisionConfig:
     max_restarts: int = _setting(
         5, "Restarts allowed per actor within restart_window before escalating.",
-        checks=[_non_negative],
+        checks=[_non_negative], maximum=1000,
     )
     restart_window: float = _setting(
-        60.0, "Window of the restart intensity.", duration=True, checks=[_positive]
+        60.0, "Window of the restart intensity.", duration=True, checks=[_positive], maximum=DAY
     )
     shutdown_grace: float = _setting(
         10.0, "Time in-flight work gets to commit or roll back on SIGTERM.", duration=True,
-        checks=[_positive],
+        checks=[_positive], maximum=10 * MINUTE,
     )
 
 
@@ -470,7 +503,9 @@ def _type_name(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    return format_duration(value) if isinstance(value, float) and value >= 0 else repr(value)
+    if isinstance(value, float) and math.isfinite(value) and value >= 0:
+        return format_duration(value)
+    return repr(value)
 
 
 # --------------------------------------------------------------------------- presenting
@@ -501,6 +536,7 @@ class SettingDoc:
     type: str
     default: str
     doc: str
+    maximum: str = ""  # numeric settings: the largest value accepted
 
 
 def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[SettingDoc]:
@@ -525,13 +561,17 @@ def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[Settin
             shown = f'"{default}"'
         else:
             shown = str(default).lower() if isinstance(default, bool) else str(default)
-        rows.append(SettingDoc(key, kind, shown, field.metadata.get("doc", "")))
+        maximum = field.metadata.get("maximum")
+        limit = "" if maximum is None else (
+            f'"{format_duration(maximum)}"' if duration else f"{maximum:g}")
+        rows.append(SettingDoc(key, kind, shown, field.metadata.get("doc", ""), limit))
     return rows
 
 
 def reference_markdown() -> str:
     """The configuration reference table, as it stands in docs/configuration.md."""
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    lines = ["| key | type | default | max | meaning |", "|---|---|---|---|---|"]
     for row in settings_reference():
-        lines.append(f"| `{row.key}` | {row.type} | `{row.default}` | {row.doc} |")
+        limit = f"`{row.maximum}`" if row.maximum else ""
+        lines.append(f"| `{row.key}` | {row.type} | `{row.default}` | {limit} | {row.doc} |")
     return "\n".join(lines)

@@ -95,6 +95,9 @@ CR_SKIP_LOCKED = Counter(
 CR_ERRORS = Counter(
     "messenger_conf_reaper_errors",
     "Poison conferences left active (guard rejected, or outcome could not be built).")
+CR_POISONED = Gauge(
+    "safetynet_conf_reaper_poisoned",
+    "Poison conferences held out of the reaper's claim (still active; see safetynet status).")
 RECORDER_STOP_FAILED = Counter(
     "safetynet_recorder_stop_failed",
     "Recorder stop signals that failed (http_status, timeout, connection, error, abandoned).",

@@ -19,6 +19,7 @@ Headers are passed as a mapping with lower-case names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Protocol, TypeAlias
 
@@ -119,13 +120,35 @@ def _metadata(key: str, headers: Mapping[str, str]) -> HeadOutcome:
     if not content_type:
         return Poison("content_type_missing")
     if content_type not in FORMATS:
-        return Poison(f"content_type_unknown:{content_type[:64]}")
+        return Poison(f"content_type_unknown:{printable(content_type[:64])}")
     raw_duration = headers.get(DURATION_HEADER)
     if raw_duration is None:
         return Poison("duration_missing")
-    if not raw_duration.strip().isdigit():
-        return Poison(f"duration_invalid:{raw_duration[:32]}")
-    length = headers.get("content-length", "")
-    if not length.isdigit():
+    duration = _whole_number(raw_duration, MAX_DURATION)
+    if duration is None:
+        return Poison(f"duration_invalid:{printable(raw_duration.strip()[:32])}")
+    length = _whole_number(headers.get("content-length", ""), MAX_SIZE)
+    if length is None:
         return Poison("content_length_missing")
-    return Found(key, int(length), FORMATS[content_type], int(raw_duration.strip()))
+    return Found(key, length, FORMATS[content_type], duration)
+
+
+MAX_DURATION = 2**31 - 1  # call_recordings.duration_seconds is an int
+MAX_SIZE = 2**63 - 1  # size_bytes is a bigint
+_ASCII_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def _whole_number(text: str, maximum: int) -> int | None:
+    """*text* as a non-negative integer up to *maximum*, else None. ASCII digits only:
+    ``str.isdigit`` accepts ``'²'``, which ``int`` refuses, and ``int`` raises past 4,300
+    digits; neither may reach ``int`` unchecked."""
+    match = _ASCII_DIGITS.fullmatch(text.strip())
+    if match is None:
+        return None
+    value = int(match.group())
+    return value if value <= maximum else None
+
+
+def printable(text: str) -> str:
+    """*text* fit for ``last_error`` and a log line: printable ASCII, the rest as ``?``."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text)

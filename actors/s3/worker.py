@@ -38,14 +38,17 @@ import pycurl
 from actors.s3.objectstore import (
     CANARY,
     HeadOutcome,
+    Poison,
     Transient,
     classify_bucket,
     classify_canary,
     classify_object,
+    printable,
 )
 from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
+    OP_OBJECT,
     LineSplitter,
     decode_request,
     decode_settings,
@@ -66,6 +69,15 @@ TRANSPORT_ERRORS = {
     pycurl.E_SEND_ERROR: "WriteError",
     pycurl.E_RECV_ERROR: "ReadError",
 }
+# libcurl errors that mean the server answered something that is not a readable HTTP
+# response (a header line past libcurl's own 100 KB limit, a malformed status line or
+# header): the answer, not the network, is wrong, so retrying the row will not help.
+RESPONSE_ERRORS = {
+    8: "malformed_response",  # CURLE_WEIRD_SERVER_REPLY (pycurl: E_FTP_WEIRD_SERVER_REPLY)
+    100: "headers_too_large",  # CURLE_TOO_LARGE (libcurl 8.6+)
+}
+MAX_HEADER_BYTES = 64 * 1024  # all header lines of one response (S3 metadata: 2 KB)
+MAX_HEADER_VALUE = 256  # characters of one header value kept
 
 
 @attrs.define(eq=False)
@@ -74,9 +86,23 @@ class _Request:
     op: str
     key: str
     header_lines: list[bytes] = attrs.Factory(list)
+    header_bytes: int = 0
+    oversized: bool = False  # the response's headers went past MAX_HEADER_BYTES
+
+    def on_header(self, line: bytes) -> int | None:
+        """libcurl's header callback: keep the line, or abort the transfer (-1) once the
+        response's headers exceed :data:`MAX_HEADER_BYTES`."""
+        self.header_bytes += len(line)
+        if self.header_bytes > MAX_HEADER_BYTES:
+            self.oversized = True
+            return -1
+        self.header_lines.append(line)
+        return None
 
     def headers(self) -> dict[str, str]:
-        """The final response's headers, lower-case names."""
+        """The final response's headers: lower-case names, values cut to
+        :data:`MAX_HEADER_VALUE` printable ASCII characters (they may reach ``last_error``
+        through an error code; PostgreSQL refuses a NUL)."""
         found: dict[str, str] = {}
         for raw in self.header_lines:
             line = raw.decode("latin-1")
@@ -85,7 +111,7 @@ class _Request:
                 continue
             name, sep, value = line.partition(":")
             if sep:
-                found[name.strip().lower()] = value.strip()
+                found[name.strip().lower()] = printable(value.strip()[:MAX_HEADER_VALUE])
         return found
 
     def outcome(self, status: int) -> HeadOutcome:
@@ -95,6 +121,13 @@ class _Request:
         if self.op == OP_CANARY:
             return classify_canary(status, headers)
         return classify_object(self.key, status, headers)
+
+    def unreadable(self, reason: str) -> HeadOutcome:
+        """An answer this worker cannot classify: Poison for an object (that row alone is
+        quarantined with the reason), Transient for the bucket and canary probes."""
+        if self.op == OP_OBJECT:
+            return Poison(f"response_unreadable:{reason}")
+        return Transient(f"response_unreadable:{reason}")
 
 
 class CurlPool:
@@ -142,7 +175,7 @@ class CurlPool:
             if request.key:
                 url += f"/{quote(request.key)}"
             handle.setopt(pycurl.URL, url)
-            handle.setopt(pycurl.HEADERFUNCTION, request.header_lines.append)
+            handle.setopt(pycurl.HEADERFUNCTION, request.on_header)
             self._running[handle] = request
             self._multi.add_handle(handle)
 
@@ -169,10 +202,17 @@ class CurlPool:
         request = self._running.pop(handle)
         self._idle.append(handle)
         outcome: HeadOutcome
-        if errno is None:
-            outcome = request.outcome(int(handle.getinfo(pycurl.RESPONSE_CODE)))
-        else:
+        if request.oversized:
+            outcome = request.unreadable("headers_too_large")
+        elif errno in RESPONSE_ERRORS:
+            outcome = request.unreadable(RESPONSE_ERRORS[errno])
+        elif errno is not None:
             outcome = Transient(TRANSPORT_ERRORS.get(errno, f"curl_{errno}"))
+        else:
+            try:
+                outcome = request.outcome(int(handle.getinfo(pycurl.RESPONSE_CODE)))
+            except Exception as exc:  # input must never kill the worker: that row only
+                outcome = request.unreadable(type(exc).__name__)
         return encode_answer(request.request_id, outcome)
 
     def wait(self, stdin: int | None) -> bool:

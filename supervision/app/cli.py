@@ -171,6 +171,16 @@ def _print_status(current: Any) -> None:
             quarantine.add_row(row["recording_id"], row["attempts"], row["last_error"] or "",
                                row["updated_at"])
         console.print(quarantine)
+    if current.poisoned:
+        from rich.markup import escape
+
+        poison = Table(title="poison conferences held out of the reaper's claim")
+        for column in ("conference_id", "phase", "failures", "reason", "next_attempt_at"):
+            poison.add_column(column)
+        for row in current.poisoned:
+            poison.add_row(*(escape(row[c] or "") for c in (
+                "conference_id", "phase", "failures", "reason", "next_attempt_at")))
+        console.print(poison)
     slos = Table(title="SLO verdicts")
     slos.add_column("SLO")
     slos.add_column("verdict")
@@ -184,25 +194,34 @@ def _print_status(current: Any) -> None:
 @main.command()
 @click.argument("ids", nargs=-1)
 @click.option("--all-quarantined", is_flag=True, help="Re-enqueue every quarantined row.")
+@click.option("--all-poisoned", is_flag=True,
+              help="Release every poison conference (the next reaper cycle retries it).")
 @_config_option
-def requeue(ids: tuple[str, ...], all_quarantined: bool, config_files: tuple[Path, ...]) -> None:
+def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
+            config_files: tuple[Path, ...]) -> None:
     """Runbook re-enqueue of finalize rows (by row id or recording id): Pending,
-    attempts 0, due now. Unknown ids: exit 2 and nothing changes."""
-    from supervision.app.runbook import UnknownIds
+    attempts 0, due now; a poison conference id (see status) is released: the next reaper
+    cycle claims it. Unknown ids: exit 2 and nothing changes."""
+    from supervision.app.runbook import Released, UnknownIds
     from supervision.app.runbook import requeue as do_requeue
 
-    if bool(ids) == all_quarantined:
-        raise click.UsageError("give recording finalize ids or --all-quarantined (not both)")
+    if bool(ids) == (all_quarantined or all_poisoned):
+        raise click.UsageError("give finalize/conference ids or --all-quarantined/"
+                               "--all-poisoned (not both)")
     cfg = _load(config_files)
     try:
         with psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True,
                              connect_timeout=5) as conn:
-            changed = do_requeue(conn, list(ids), all_quarantined)
+            changed = do_requeue(conn, list(ids), all_quarantined, all_poisoned)
     except UnknownIds as exc:
         _fail(f"unknown id(s), nothing changed: {exc}", EXIT_SLO)
     except psycopg.Error as exc:
         _fail(f"postgres: {type(exc).__name__}")
     for row in changed:
+        if isinstance(row, Released):
+            click.echo(f"released poison conference {row.conference_id} ({row.phase}, "
+                       f"{row.failures} failure(s)): claimed again next cycle")
+            continue
         click.echo(f"requeued {row.attempt_id} (recording {row.recording_id}): "
                    f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
                    + (f"; last_error was {row.last_error}" if row.last_error else ""))

@@ -55,7 +55,10 @@ async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
         items = []
         for row in rows:
             decision, why = decisions[row["phase"]]
-            if row["recording_active"]:
+            if row["poison_held"]:
+                decision = "held back (poison)"
+                why = f"{row['poison_reason']}; retried after {row['poison_retry_at']}"
+            elif row["recording_active"]:
                 decision += " + recorder stop signal"
             items.append(PlanItem(str(row["id"]), row["phase"], decision, why))
         return items

@@ -2,7 +2,8 @@
 
 Both are plain synchronous functions over one connection: an operator's command, not
 part of the daemon. ``status`` reads the same cheap aggregates the gauges use and judges
-each seed SLO; ``requeue`` re-enqueues finalize rows all-or-nothing.
+each seed SLO; ``requeue`` re-enqueues finalize rows and releases poison conferences
+all-or-nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Status:
     finalize: dict[str, Any]
     quarantined: list[dict[str, Any]]
     conferences: dict[str, Any]
+    poisoned: list[dict[str, Any]]  # poison conferences held out of the reaper's claim
     outbox: dict[str, Any]
     verdicts: list[Verdict]
 
@@ -62,6 +64,7 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
                               ).fetchone()
         overdue = cur.execute(QUERIES["conference_sessions_active_backlog"], {
             k: v + cr.polling_interval for k, v in windows.items()}).fetchone()
+        poisoned = cur.execute(QUERIES["conference_poison_list"], {"limit": 20}).fetchall()
     assert slo is not None and outbox is not None and backlog is not None
     assert overdue is not None
     overdue_n = int(next(iter(overdue.values())))
@@ -80,7 +83,10 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
                   "oldest_age_seconds": round(current.oldest_age_seconds, 1)},
         quarantined=[{k: str(v) if v is not None else None for k, v in row.items()}
                      for row in quarantined],
-        conferences={"active_backlog": int(next(iter(backlog.values())))},
+        conferences={"active_backlog": int(next(iter(backlog.values()))),
+                     "poisoned": int(poisoned[0]["total"]) if poisoned else 0},
+        poisoned=[{k: str(v) if v is not None else None for k, v in row.items()
+                   if k != "total"} for row in poisoned],
         outbox={"unpublished": int(outbox["unpublished"]),
                 "oldest_age_seconds": round(float(outbox["oldest_age_seconds"]), 1),
                 "blocked_keys": int(outbox["blocked_keys"]),
@@ -90,7 +96,7 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
 
 
 class UnknownIds(SafetynetError):
-    """Some ids match no finalize row; nothing was changed."""
+    """Some ids match neither a finalize row nor a poison conference; nothing changed."""
 
     def __init__(self, ids: list[str]) -> None:
         self.ids = ids
@@ -106,22 +112,42 @@ class Requeued:
     last_error: str | None
 
 
-def requeue(conn: psycopg.Connection, ids: list[str], all_quarantined: bool) -> list[Requeued]:
-    """Pending, attempts 0, due now — for every row named (by its id or its recording's
-    id), or every quarantined row. Unknown ids change nothing and raise UnknownIds."""
+@attrs.frozen
+class Released:
+    """A poison conference forgotten by ``requeue``: the next reaper cycle claims it."""
+
+    conference_id: str
+    phase: str
+    failures: int
+    reason: str
+
+
+def requeue(conn: psycopg.Connection, ids: list[str], all_quarantined: bool,
+            all_poisoned: bool = False) -> list[Requeued | Released]:
+    """Pending, attempts 0, due now — for every finalize row named (by its id or its
+    recording's id), or every quarantined row; and release every poison conference named
+    (or all of them), so the next reaper cycle claims it. Unknown ids change nothing and
+    raise UnknownIds."""
     valid = [i for i in ids if _is_uuid(i)]
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         if all_quarantined:
             rows = cur.execute(QUERIES["finalize_attempts_quarantined_ids"]).fetchall()
         else:
             rows = cur.execute(QUERIES["finalize_attempts_lookup"], {"ids": valid}).fetchall()
-            known = {str(r["id"]) for r in rows} | {str(r["recording_id"]) for r in rows}
-            unknown = [i for i in ids if i not in valid or str(uuid.UUID(i)) not in known]
-            if unknown:
-                raise UnknownIds(unknown)
+        poison = cur.execute(QUERIES["conference_poison_lookup"], {
+            "ids": valid, "all": all_poisoned}).fetchall()
+        known = ({str(r["id"]) for r in rows} | {str(r["recording_id"]) for r in rows}
+                 | {str(p["conference_id"]) for p in poison})
+        unknown = [i for i in ids if i not in valid or str(uuid.UUID(i)) not in known]
+        if unknown:
+            raise UnknownIds(unknown)
         cur.execute(QUERIES["finalize_attempts_requeue"], {"ids": [r["id"] for r in rows]})
-    return [Requeued(str(r["id"]), str(r["recording_id"]), r["status"], r["attempts"],
-                     r["last_error"]) for r in rows]
+        cur.execute(QUERIES["conference_poison_release"], {
+            "ids": [p["conference_id"] for p in poison]})
+    return [*(Requeued(str(r["id"]), str(r["recording_id"]), r["status"], r["attempts"],
+                       r["last_error"]) for r in rows),
+            *(Released(str(p["conference_id"]), p["phase"], p["failures"], p["reason"])
+              for p in poison)]
 
 
 def _is_uuid(text: str) -> bool:

@@ -28,6 +28,8 @@ from actors.lock_keeper import (
 )
 from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
 from actors.recorder_signal import open_media_client
+from supervision.app.runbook import Released, requeue
+from supervision.app.runbook import status as read_status
 from supervision.config import Config
 from supervision.database import Database, open_database
 from supervision.errors import InfrastructureError
@@ -750,7 +752,8 @@ async def test_room_started_after_as_of_is_poison_and_does_not_block_the_batch(
         poison.id, "started_after_as_of", "error")
     assert metric("messenger_conf_reaper_errors_total") == before + 1
     again = await run_cycle(cfg)
-    assert counts_of(again) == {"errors": 1}
+    assert counts_of(again) == {}  # remembered: held out of the claim while backed off
+    assert poison_rows(conn) == {poison.id: ("empty-room", 1, "started_after_as_of")}
 
 
 async def test_row_that_breaks_the_batch_statement_is_isolated_per_row(
@@ -895,3 +898,86 @@ async def test_cycle_span_has_batch_and_item_spans(
     poisoned = items[poison.id].attributes
     assert poisoned is not None and "tenant_id" not in poisoned
     assert (poisoned["outcome"], poisoned["error"]) == ("item_failed", "started_after_as_of")
+
+
+# ------------------------------------------------------------------------ poison memory
+
+
+def poison_rows(conn: psycopg.Connection) -> dict[str, tuple[str, int, str]]:
+    rows = conn.execute("SELECT conference_id, phase, failures, reason"
+                        " FROM safetynet.conference_poison").fetchall()
+    return {str(r[0]): (r[1], r[2], r[3]) for r in rows}
+
+
+async def test_batch_size_poison_rows_never_starve_the_healthy_rooms_of_their_phase(
+        db_dsn: str, conn: psycopg.Connection, media_stub: MediaStub) -> None:  # noqa: F811
+    """batch_size poison rooms, idle longest so claimed first: the healthy due rooms are
+    still reaped in the first cycle, the poison is remembered with its reason, stays out
+    of the next claims, and `safetynet status` lists it."""
+    cfg = make_config(db_dsn, media={"base_url": media_stub.base_url},
+                      jobs={"conference_reaper": {"batch_size": 3}})
+    poison = [insert_conference(conn, last_activity_ago=900 + n, started_ago=-3600)
+              for n in range(2)]
+    poison.append(insert_conference(conn, last_activity_ago=950,
+                                    started_at=dt.datetime(1, 1, 1, tzinfo=dt.UTC)))
+    healthy = [insert_conference(conn, last_activity_ago=120 + n) for n in range(2)]
+    first = await run_cycle(cfg)
+    assert counts_of(first) == {"empty_timeout": 2, "errors": 3}
+    statuses = conference_statuses(conn)
+    assert [statuses[c.id][0] for c in healthy] == ["Ended", "Ended"]
+    assert [statuses[c.id][0] for c in poison] == ["Active"] * 3
+    remembered = poison_rows(conn)
+    assert set(remembered) == {c.id for c in poison}
+    assert {v[:2] for v in remembered.values()} == {("empty-room", 1)}
+    assert remembered[poison[2].id][2].startswith("NumericValueOutOfRange")
+    more = [insert_conference(conn, last_activity_ago=100 + n) for n in range(3)]
+    with structlog.testing.capture_logs() as logs:
+        second = await run_cycle(cfg)
+    assert counts_of(second) == {"empty_timeout": 3}  # a full batch, none of it poison
+    assert [conference_statuses(conn)[c.id][0] for c in more] == ["Ended"] * 3
+    assert not [e for e in logs if e["event"] == "item_failed"]
+    assert metric("safetynet_conf_reaper_poisoned") == 3
+    current = read_status(conn, cfg)
+    assert current.conferences["poisoned"] == 3
+    assert {p["conference_id"] for p in current.poisoned} == {c.id for c in poison}
+    assert {p["reason"] for p in current.poisoned} >= {"started_after_as_of"}
+
+
+async def test_released_poison_is_claimed_next_cycle_and_forgotten_once_reaped(
+        cfg: Config, conn: psycopg.Connection) -> None:
+    """The runbook action: fix the row, `requeue <conference id>`, the next cycle reaps it
+    and the poison memory is gone; a room ended elsewhere is forgotten too."""
+    poison = insert_conference(conn, last_activity_ago=125, started_ago=-3600)
+    ended_elsewhere = insert_conference(conn, last_activity_ago=130, started_ago=-3600)
+    assert counts_of(await run_cycle(cfg)) == {"errors": 2}
+    conn.execute("UPDATE messenger.conference_sessions SET started_at = now() - interval '1h'"
+                 " WHERE id = %s", (poison.id,))
+    conn.execute("UPDATE messenger.conference_sessions SET status = 'Ended', ended_at = now()"
+                 " WHERE id = %s", (ended_elsewhere.id,))
+    assert counts_of(await run_cycle(cfg)) == {}  # fixed, but still backed off
+    assert set(poison_rows(conn)) == {poison.id}  # the ended room is forgotten
+    (released,) = requeue(conn, [poison.id], all_quarantined=False)
+    assert released == Released(poison.id, "empty-room", 1, "started_after_as_of")
+    assert counts_of(await run_cycle(cfg)) == {"empty_timeout": 1}
+    assert conference_statuses(conn)[poison.id] == ("Ended", "EmptyTimeout")
+    assert poison_rows(conn) == {}
+
+
+def test_poison_back_off_doubles_per_failure_up_to_the_cap(conn: psycopg.Connection) -> None:
+    """interval x 2^failures after AsOf, capped; huge failure counts cannot overflow."""
+    cid = str(uuid.uuid4())
+    as_of = db_now(conn)
+    delays = []
+    for _ in range(4):
+        conn.execute(QUERIES["conference_poison_record"], {
+            "ids": [cid], "reasons": ["started_after_as_of"], "phase": "empty-room",
+            "as_of": as_of, "interval": 30.0, "cap": 200.0})
+        (next_at,) = conn.execute("SELECT next_attempt_at FROM safetynet.conference_poison"
+                                  " WHERE conference_id = %s", (cid,)).fetchone() or (None,)
+        delays.append((next_at - as_of).total_seconds())
+    assert delays == [60.0, 120.0, 200.0, 200.0]
+    conn.execute("UPDATE safetynet.conference_poison SET failures = 2000000000")
+    conn.execute(QUERIES["conference_poison_record"], {
+        "ids": [cid], "reasons": ["x"], "phase": "empty-room", "as_of": as_of,
+        "interval": 30.0, "cap": 200.0})
+    assert poison_rows(conn)[cid] == ("empty-room", 2000000001, "x")

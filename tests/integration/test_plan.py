@@ -17,6 +17,7 @@ from tests.messenger import (
     attempt,
     insert_attempt,
     insert_call_session,
+    insert_conference,
     insert_recording,
     outbox_rows,
     recording,
@@ -92,3 +93,26 @@ def test_plan_changes_nothing_and_predicts_run_once(
             "Pending", 0)
         assert attempt(conn, bad.id)["status"] == "Quarantined"
         assert attempt(conn, orphan)["status"] == "Quarantined"
+
+
+def test_plan_shows_poison_conferences_held_back(db_dsn: str, tmp_path: Path) -> None:
+    """A poison conference still backed off is 'held back (poison)' with its reason; a
+    healthy due room beside it is planned as usual."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        poison = insert_conference(conn, last_activity_ago=200, started_ago=-3600)
+        healthy = insert_conference(conn, last_activity_ago=120)
+        conn.execute("INSERT INTO safetynet.conference_poison (conference_id, phase, reason,"
+                     " failures, first_failed_at, last_failed_at, next_attempt_at) VALUES"
+                     " (%s, 'empty-room', 'started_after_as_of', 1, now(), now(),"
+                     " now() + interval '1m')", (poison.id,))
+    config = tmp_path / "c.toml"
+    config.write_text(tomli_w.dumps({"postgres": {"dsn": db_dsn}}))
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "plan", "--job",
+                           "conference-reaper", "--json", "-c", str(config)],
+                          capture_output=True, text=True, cwd=ROOT, check=False,
+                          env={"PATH": os.environ.get("PATH", "")})
+    assert proc.returncode == 0, proc.stderr
+    items = {d["id"]: d for d in map(json.loads, proc.stdout.splitlines())}
+    assert items[poison.id]["decision"] == "held back (poison)"
+    assert items[poison.id]["why"].startswith("started_after_as_of; retried after ")
+    assert items[healthy.id]["decision"] == "Ended/EmptyTimeout + conference-ended event"

@@ -271,9 +271,9 @@ async def test_access_denied_is_a_config_fault_that_consumes_nothing(
 
 async def test_malformed_row_is_quarantined_and_the_rest_of_the_group_commits(
         cfg: Config, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
-    """A duration that overflows the column fails the group statement; the group is
-    re-applied row by row: the bad row is quarantined with the reason, the others are
-    reconciled with their events."""
+    """A duration that would overflow the column is quarantined with the reason (it is
+    refused when the HEAD is classified, before any statement could fail on it); the
+    others of its group are reconciled with their events."""
     sid = insert_call_session(conn)
     good = [insert_recording(conn, session_id=sid) for _ in range(4)]
     bad = insert_recording(conn, session_id=sid)
@@ -287,7 +287,7 @@ async def test_malformed_row_is_quarantined_and_the_rest_of_the_group_commits(
         assert len(outbox_rows(conn, rec.id)) == 1
     row = attempt(conn, bad.id)
     assert (row["status"], row["last_error"]) == ("Quarantined",
-                                                 "malformed:NumericValueOutOfRange")
+                                                 "object:duration_invalid:99999999999")
     assert recording(conn, bad.id)["status"] == "Uploading"
     assert outbox_rows(conn, bad.id) == []
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import tomli_w
 
-from tests.messenger import attempt, insert_call_session, insert_recording
+from tests.messenger import attempt, insert_call_session, insert_conference, insert_recording
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,3 +128,51 @@ def test_requeue_needs_ids_or_the_flag(config: Path) -> None:
     """Neither ids nor --all-quarantined is a usage error."""
     proc = cli(config, "requeue")
     assert proc.returncode == 2 and "--all-quarantined" in proc.stderr
+
+
+def remember_poison(conn: psycopg.Connection, conference_id: str, reason: str) -> None:
+    """What a reaper cycle leaves for a poison conference (see test_conference_reaper)."""
+    conn.execute("INSERT INTO safetynet.conference_poison (conference_id, phase, reason,"
+                 " failures, first_failed_at, last_failed_at, next_attempt_at)"
+                 " VALUES (%s, 'empty-room', %s, 3, now(), now(), now() + interval '8m')",
+                 (conference_id, reason))
+
+
+def test_status_lists_poison_conferences_held_out_of_the_claim(
+        config: Path, conn: psycopg.Connection) -> None:
+    """Poison conferences show with phase, failures and reason (markup in the reason is
+    printed as text); one no longer active is not listed."""
+    poison = insert_conference(conn, last_activity_ago=120, started_ago=-3600)
+    ended = insert_conference(conn, status="Ended", last_activity_ago=120)
+    remember_poison(conn, poison.id, "DataError: video/[/x]")
+    remember_poison(conn, ended.id, "started_after_as_of")
+    data = json.loads(cli(config, "status", "--json").stdout)
+    assert data["conferences"]["poisoned"] == 1
+    assert [(p["conference_id"], p["phase"], p["failures"], p["reason"])
+            for p in data["poisoned"]] == [(poison.id, "empty-room", "3",
+                                            "DataError: video/[/x]")]
+    human = cli(config, "status")
+    assert "poison conferences" in human.stdout and "video/[/x]" in human.stdout, human.stderr
+
+
+def test_requeue_releases_poison_conferences_by_id_or_all(
+        config: Path, conn: psycopg.Connection) -> None:
+    """A poison conference id is a runbook target of requeue: released (the next cycle
+    claims it); with an unknown id beside it nothing changes; --all-poisoned takes all."""
+    first, second = (insert_conference(conn, last_activity_ago=120, started_ago=-3600)
+                     for _ in range(2))
+    remember_poison(conn, first.id, "started_after_as_of")
+    remember_poison(conn, second.id, "started_after_as_of")
+
+    def remembered() -> set[str]:
+        rows = conn.execute("SELECT conference_id FROM safetynet.conference_poison")
+        return {str(r[0]) for r in rows.fetchall()}
+
+    refused = cli(config, "requeue", first.id, str(uuid.uuid4()))
+    assert refused.returncode == 2 and remembered() == {first.id, second.id}
+    one = cli(config, "requeue", first.id)
+    assert one.returncode == 0, one.stderr
+    assert f"released poison conference {first.id} (empty-room, 3 failure(s))" in one.stdout
+    assert remembered() == {second.id}
+    rest = cli(config, "requeue", "--all-poisoned")
+    assert rest.returncode == 0 and second.id in rest.stdout and remembered() == set()

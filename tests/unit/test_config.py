@@ -15,6 +15,7 @@ from supervision.app.cli import main
 from supervision.config import (
     EXIT_CONFIG,
     Config,
+    SettingDoc,
     load_config,
     redacted,
     reference_markdown,
@@ -296,3 +297,66 @@ def test_every_spec_key_is_a_setting() -> None:
     """Each key SPEC §6 names exists, spelled exactly."""
     keys = {row.key for row in settings_reference(Config)}
     assert set(SPEC_KEYS) <= keys, set(SPEC_KEYS) - keys
+
+
+NUMERIC_SETTINGS = [row for row in settings_reference() if row.type in ("int", "float",
+                                                                         "duration")]
+
+
+def test_every_numeric_setting_has_a_maximum() -> None:
+    """No number is unbounded: each numeric key names its largest accepted value."""
+    assert NUMERIC_SETTINGS
+    assert [row.key for row in NUMERIC_SETTINGS if not row.maximum] == []
+
+
+def _past(maximum: str, kind: str) -> str:
+    """A TOML value just past *maximum* (as the reference spells it)."""
+    if kind == "duration":
+        return f"{parse_duration(maximum.strip(chr(34))) + 1}"
+    if kind == "int":
+        return str(int(maximum) + 1)
+    return str(float(maximum) + 0.05)
+
+
+@pytest.mark.parametrize("row", NUMERIC_SETTINGS, ids=lambda row: row.key)
+def test_value_past_its_maximum_is_refused_naming_the_key(tmp_path: Path, row: object) -> None:
+    """One line per problem, naming the key, the maximum and the value given."""
+    assert isinstance(row, SettingDoc)
+    section, key = row.key.rsplit(".", 1)
+    extra = f"[{section}]\n{key} = {_past(row.maximum, row.type)}\n"
+    problems = problems_of([base(tmp_path, extra)])
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{row.key}: must be <= "), problems
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("[s3]\nconcurrency = 2000\n", "s3.concurrency: must be <= 256, got 2000"),
+        ("[jobs.recording_finalize]\nbackoff_factor = 1e300\n",
+         "jobs.recording_finalize.backoff_factor: must be <= 10.0, got 1e+300"),
+        ("[jobs.recording_finalize]\nbackoff_factor = inf\n",
+         "jobs.recording_finalize.backoff_factor: must be <= 10.0, got inf"),
+        ("[jobs.recording_finalize]\nbackoff_factor = nan\n",
+         "jobs.recording_finalize.backoff_factor: must be >= 1, got nan"),
+        ("[s3]\ntimeout = inf\n", "s3.timeout: must be <= 5m, got inf"),
+        ("[jobs.conference_reaper]\npolling_interval = \"9999d\"\n",
+         "jobs.conference_reaper.polling_interval: must be <= 1h, got 9999d"),
+        ("[outbox_relay]\nbatch_size = 9223372036854775807\n",
+         "outbox_relay.batch_size: must be <= 10000, got 9223372036854775807"),
+    ],
+)
+def test_huge_and_non_finite_numbers_are_refused(tmp_path: Path, extra: str,
+                                                 expected: str) -> None:
+    """Overflow-sized, infinite and NaN values never reach the jobs."""
+    assert problems_of([base(tmp_path, extra)]) == [expected]
+
+
+def test_value_past_its_maximum_exits_78_from_the_environment(tmp_path: Path) -> None:
+    """An env override past the maximum fails like a file value: exit 78, one line."""
+    result = CliRunner().invoke(
+        main, ["check-config", "-c", str(base(tmp_path))],
+        env={"SAFETYNET__JOBS__RECORDING_FINALIZE__MAX_ATTEMPTS": "100000"})
+    assert result.exit_code == EXIT_CONFIG
+    assert result.stderr.splitlines() == [
+        "config error: jobs.recording_finalize.max_attempts: must be <= 100, got 100000"]

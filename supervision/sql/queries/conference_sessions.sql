@@ -4,12 +4,16 @@
 -- and locks them FOR UPDATE SKIP LOCKED (rows held by join/leave/end-conference or by a
 -- peer runner are passed over without waiting). Returns the claimed ids and, on every row
 -- (or on one all-NULL row when nothing was claimed), how many of the first batch_size due
--- rows were skipped because another transaction holds them.
+-- rows were skipped because another transaction holds them. A poison conference is out of
+-- every claim while backed off (safetynet.conference_poison.next_attempt_at after AsOf),
+-- so batch_size of them cannot starve a phase.
 WITH candidates AS (
     SELECT c.id
     FROM messenger.conference_sessions c
     WHERE c.status = 'Active' AND c.active_participant_count = 0
       AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
 ),
@@ -18,6 +22,8 @@ claimed AS (
     FROM messenger.conference_sessions c
     WHERE c.status = 'Active' AND c.active_participant_count = 0
       AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -36,6 +42,8 @@ WITH candidates AS (
     FROM messenger.conference_sessions c
     WHERE c.status = 'Provisioning'
       AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
     ORDER BY c.created_at, c.id
     LIMIT %(batch_size)s
 ),
@@ -44,6 +52,8 @@ claimed AS (
     FROM messenger.conference_sessions c
     WHERE c.status = 'Provisioning'
       AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
     ORDER BY c.created_at, c.id
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -62,6 +72,8 @@ WITH candidates AS (
     FROM messenger.conference_sessions c
     WHERE c.status = 'Active'
       AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
 ),
@@ -70,6 +82,8 @@ claimed AS (
     FROM messenger.conference_sessions c
     WHERE c.status = 'Active'
       AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -97,7 +111,8 @@ ORDER BY cl.sort_key, cl.id;
 --           sends the caller to the per-row fallback;
 --   ob:     the conference-ended outbox row (only with %(emit_event)s: never for
 --           Provisioning -> Failed), idempotent by ConferenceId through ux_outbox_dedupe;
---   rt:     the realtime row for hub-push: reference ids and enums only.
+--   rt:     the realtime row for hub-push: reference ids and enums only;
+--   healed: a conference reaped after it was poison is forgotten.
 -- Returns one row per claimed id: transitioned or rejected, and what the caller logs.
 WITH recs AS (
     SELECT r.session_id,
@@ -176,6 +191,11 @@ rt AS (
                               'EndReason', u.end_reason)
     FROM upd u
     RETURNING reference_id
+),
+healed AS (
+    DELETE FROM safetynet.conference_poison p
+    USING upd u
+    WHERE p.conference_id = u.id
 )
 SELECT j.id, j.chat_id, j.deal_id, j.tenant_id, j.rejected, u.status, u.end_reason, u.duration_seconds,
        COALESCE(u.active_recordings, '{}'::uuid[]) AS active_recordings,

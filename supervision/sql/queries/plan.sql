@@ -28,7 +28,8 @@ LIMIT %(limit)s;
 
 -- name: plan_conference_sessions --
 -- Dry run of the reaper's three phases, in phase order, each conference in the first
--- phase whose predicate it meets (as the reaper's status guard would have it).
+-- phase whose predicate it meets (as the reaper's status guard would have it); a poison
+-- conference still backed off is held (safetynet.conference_poison).
 SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at,
        CASE
            WHEN c.status = 'Active' AND c.active_participant_count = 0
@@ -41,8 +42,11 @@ SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created
        END AS phase,
        EXISTS (SELECT 1 FROM messenger.call_recordings r
                WHERE r.session_kind = 'Conference' AND r.session_id = c.id
-                 AND r.status IN ('Pending', 'Recording', 'Uploading')) AS recording_active
+                 AND r.status IN ('Pending', 'Recording', 'Uploading')) AS recording_active,
+       p.next_attempt_at > now() AS poison_held, p.reason AS poison_reason,
+       p.next_attempt_at AS poison_retry_at
 FROM messenger.conference_sessions c
+LEFT JOIN safetynet.conference_poison p ON p.conference_id = c.id
 WHERE c.status IN ('Provisioning', 'Active')
   AND ((c.status = 'Active' AND c.active_participant_count = 0
         AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second')
