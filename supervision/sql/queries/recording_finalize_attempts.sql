@@ -64,8 +64,13 @@ claimed AS (
                 THEN c.session_ended_at + %(sla)s * interval '1 second'
             WHEN c.phase = 'wait'
                 THEN %(as_of)s + %(recheck)s * interval '1 second'
+            -- base * factor^attempts in log space, the exponent capped at ln(cap / base):
+            -- power() overflows float8 (and fails the claim) for large attempts/factors
             ELSE %(as_of)s + LEAST(%(backoff_cap)s,
-                                   %(backoff_base)s * power(%(backoff_factor)s::float8, a.attempts))
+                                   %(backoff_base)s * exp(LEAST(
+                                       a.attempts * ln(%(backoff_factor)s::float8),
+                                       ln(GREATEST(%(backoff_cap)s::float8
+                                                   / %(backoff_base)s::float8, 1)))))
                              * (1 + %(backoff_jitter)s * (2 * random() - 1)) * interval '1 second'
         END,
         updated_at = now()
