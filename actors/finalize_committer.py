@@ -13,6 +13,11 @@ become or already are Available (the bulk of a drain) go through one set-based s
 statement rolls back and those rows are applied one statement each, so only the bad row
 is quarantined — and every other outcome is one statement of its own.
 
+A recording that another transaction holds (the ingest callback) is skipped, never
+waited on (seed: "a recording locked by the ingest callback is skipped"): its statement
+writes nothing for it and gives its finalize row the attempt back, due again from now, so
+a later cycle reconciles it.
+
 Malformed data (a value the database rejects) quarantines that row with the reason in a
 separate statement; the rest of the group proceeds. Infrastructure errors end the cycle:
 uncommitted rows stay Pending and are retried idempotently by the next cycle.
@@ -181,7 +186,10 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
               attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind,
               decision=type(outcome.decision).__name__):
         applied = effect.applied
-        if effect.kind == "available" and applied is not None:
+        if applied is not None and applied.skipped_locked:
+            counts.skipped_locked += 1
+            log.info("recording_skipped_locked", recording_id=row.recording_id)
+        elif effect.kind == "available" and applied is not None:
             if applied.transitioned:
                 counts.reconciled += 1
                 RF_RECONCILED.inc()

@@ -111,10 +111,21 @@ RETURNING status;
 -- name: finalize_attempts_fail_timeout --
 -- Missing binary after the SLA: -> Failed/Timeout (guarded), realtime RecordingFailed,
 -- finalize row -> Done. No Kafka event: the contract has none for failures.
-WITH upd AS (
+-- A recording another transaction holds (the ingest callback) is skipped, not waited on:
+-- the finalize row gets its attempt back and is due again from now (the next cycle).
+WITH locked AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id = %(recording_id)s
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+busy AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id = %(recording_id)s AND r.id NOT IN (SELECT id FROM locked)
+),
+upd AS (
     UPDATE messenger.call_recordings
     SET status = 'Failed', failure_reason = 'Timeout', updated_at = now()
-    WHERE id = %(recording_id)s AND status IN ('Pending', 'Recording', 'Uploading')
+    WHERE id IN (SELECT id FROM locked) AND status IN ('Pending', 'Recording', 'Uploading')
     RETURNING *
 ),
 rt AS (
@@ -132,12 +143,19 @@ rt AS (
 fin AS (
     UPDATE messenger.recording_finalize_attempts
     SET status = 'Done', last_error = NULL, updated_at = now()
-    WHERE id = %(attempt_id)s AND status = 'Pending'
+    WHERE id = %(attempt_id)s AND status = 'Pending' AND NOT EXISTS (SELECT 1 FROM busy)
+    RETURNING id
+),
+back AS (
+    UPDATE messenger.recording_finalize_attempts
+    SET attempts = %(old_attempts)s, next_attempt_at = now(), updated_at = now()
+    WHERE id = %(attempt_id)s AND status = 'Pending' AND EXISTS (SELECT 1 FROM busy)
     RETURNING id
 )
 SELECT (SELECT count(*) FROM upd) AS transitioned,
        (SELECT count(*) FROM rt) AS enqueued,
-       (SELECT count(*) FROM fin) AS closed;
+       (SELECT count(*) FROM fin) AS closed,
+       (SELECT count(*) FROM back) AS skipped_locked;
 
 -- name: finalize_attempts_requeue --
 -- Runbook re-enqueue: Pending, attempts 0, due now.
@@ -186,14 +204,27 @@ FOR UPDATE;
 --        RecordingId through ux_outbox_dedupe);
 --   rt:  realtime RecordingAvailable, only for rows whose event this statement enqueued;
 --   fin: the finalize rows -> Done.
+-- A recording another transaction holds (the ingest callback) is skipped, not waited on
+-- (locked: FOR NO KEY UPDATE SKIP LOCKED, the lock the transition needs): nothing is
+-- written for it, and its finalize row gets its attempt back, due again from now (back).
 -- Returns, per row, what happened to it.
 WITH input AS (
     SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
                          %(transitions)s::boolean[], %(file_ids)s::text[],
                          %(sizes)s::bigint[], %(durations)s::int[], %(formats)s::text[],
-                         %(headers)s::jsonb[])
+                         %(headers)s::jsonb[], %(old_attempts)s::int[])
         AS i(attempt_id, recording_id, transition, file_id, size_bytes, duration_seconds,
-             format, headers)
+             format, headers, old_attempts)
+),
+locked AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id IN (SELECT recording_id FROM input)
+    ORDER BY r.id
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+busy AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id IN (SELECT recording_id FROM input) AND r.id NOT IN (SELECT id FROM locked)
 ),
 upd AS (
     UPDATE messenger.call_recordings r
@@ -201,7 +232,7 @@ upd AS (
         duration_seconds = i.duration_seconds, format = i.format,
         available_at = now(), updated_at = now()
     FROM input i
-    WHERE r.id = i.recording_id AND i.transition
+    WHERE r.id = i.recording_id AND i.transition AND r.id IN (SELECT id FROM locked)
       AND r.status IN ('Pending', 'Recording', 'Uploading')
     RETURNING r.*
 ),
@@ -210,7 +241,8 @@ src AS (
     UNION ALL
     SELECT r.* FROM messenger.call_recordings r
     JOIN input i ON i.recording_id = r.id
-    WHERE r.status = 'Available' AND r.id NOT IN (SELECT id FROM upd)
+    WHERE r.status = 'Available' AND r.id IN (SELECT id FROM locked)
+      AND r.id NOT IN (SELECT id FROM upd)
 ),
 ob AS (
     INSERT INTO messenger.integration_outbox
@@ -248,10 +280,20 @@ fin AS (
     SET status = 'Done', last_error = NULL, updated_at = now()
     FROM input i
     WHERE a.id = i.attempt_id AND a.status = 'Pending'
+      AND i.recording_id NOT IN (SELECT id FROM busy)
+    RETURNING a.id
+),
+back AS (
+    UPDATE messenger.recording_finalize_attempts a
+    SET attempts = i.old_attempts, next_attempt_at = now(), updated_at = now()
+    FROM input i
+    WHERE a.id = i.attempt_id AND a.status = 'Pending'
+      AND i.recording_id IN (SELECT id FROM busy)
     RETURNING a.id
 )
 SELECT i.attempt_id,
        i.recording_id IN (SELECT id FROM upd) AS transitioned,
        i.recording_id::text IN (SELECT dedupe_key FROM ob) AS enqueued,
-       i.attempt_id IN (SELECT id FROM fin) AS closed
+       i.attempt_id IN (SELECT id FROM fin) AS closed,
+       i.attempt_id IN (SELECT id FROM back) AS skipped_locked
 FROM input i;
