@@ -1,8 +1,9 @@
 """The finalize claimer: claims due rows batch by batch and routes them.
 
 Inputs: the cycle's AsOf and deadline, the database, the breaker. Outputs: rows that need a
-HEAD go to the S3 reconciler pool; rows that do not (recording already terminal, recording
-missing) go straight to the committer. Restart type: none of its own — it lives and dies
+HEAD go to the S3 reconciler pool; rows that do not (recording already terminal; no verdict
+possible: recording or session missing, unknown session kind, session end in the future)
+go straight to the committer. Restart type: none of its own — it lives and dies
 with its cycle (the lock keeper's nested nursery).
 
 Each claim is one short transaction (``finalize_attempts_claim_due``) that pre-increments
@@ -21,7 +22,7 @@ import datetime as dt
 import structlog
 import trio
 
-from actors.finalize_messages import ClaimedRow, RecordingMissing, RowOutcome, Terminal
+from actors.finalize_messages import BadRow, ClaimedRow, RowOutcome, Terminal
 from actors.finalize_state import Breaker, FinalizeCounts
 from actors.finalize_store import claim_due
 from supervision.config import RecordingFinalizeConfig
@@ -53,6 +54,7 @@ async def serve_finalize_claimer(
                 elif row.phase == "terminal":
                     await to_commit.send(RowOutcome(row, Terminal()))
                 else:
-                    await to_commit.send(RowOutcome(row, RecordingMissing()))
+                    reason = row.poison_reason or "recording_missing"
+                    await to_commit.send(RowOutcome(row, BadRow(reason)))
         if trio.current_time() >= deadline:
             log.info("cycle_deadline_reached")

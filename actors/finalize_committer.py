@@ -39,8 +39,8 @@ import structlog
 import trio
 
 from actors.finalize_messages import (
+    BadRow,
     NotAttempted,
-    RecordingMissing,
     RowOutcome,
     Terminal,
 )
@@ -95,8 +95,8 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
         reason = f"s3:{decision.error}"
         return Effect("transient", status=record_transient(conn, row, reason, max_attempts),
                       reason=reason)
-    if isinstance(decision, Poison | RecordingMissing):
-        reason = ("recording_missing" if isinstance(decision, RecordingMissing)
+    if isinstance(decision, Poison | BadRow):
+        reason = (decision.reason if isinstance(decision, BadRow)
                   else f"object:{decision.error}")
         done = quarantine(conn, row, reason)
         return Effect("quarantined", status="Quarantined" if done else None, reason=reason)

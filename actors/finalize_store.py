@@ -76,6 +76,7 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
             recording_status=rec["recording_status"], old_attempts=rec["old_attempts"],
             old_next_attempt_at=rec["old_next_attempt_at"],
             tenant_id=None if rec["tenant_id"] is None else str(rec["tenant_id"]),
+            poison_reason=rec["poison_reason"],
         ))
     return Claim(rows, rescheduled, skipped)
 

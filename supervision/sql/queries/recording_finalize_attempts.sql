@@ -9,7 +9,10 @@ SELECT now();
 --   * for rows that are work now (reconcile, republish, terminal, poison): pre-increments
 --     attempts and moves next_attempt_at by the back-off of that attempt;
 --   * for recordings whose session has not ended, or ended less than the SLA ago: only
---     reschedules (not an attempt): to ended_at + SLA, or AsOf + recheck when not ended.
+--     reschedules (not an attempt): to ended_at + SLA, or AsOf + recheck when not ended;
+--   * rows that could only wait forever are poison with a reason (quarantined): no
+--     recording, no session row, an unknown session_kind, an end far in the future.
+--     A session Ended/Failed without ended_at counts as ended when it got that status.
 -- Returns every claimed row with its phase and the values needed to undo the claim, and
 -- (on every row, or on one all-NULL row when nothing was claimed) how many of the first
 -- batch_size due rows were skipped because another transaction holds them.
@@ -42,19 +45,42 @@ classified AS (
            CASE
                WHEN r.id IS NULL THEN 'poison'
                WHEN r.status IN ('Available', 'Failed') THEN 'terminal'
+               WHEN s.problem IS NOT NULL THEN 'poison'
                WHEN s.ended_at IS NULL
                     OR s.ended_at > %(as_of)s - %(sla)s * interval '1 second' THEN 'wait'
                ELSE 'reconcile'
-           END AS phase
+           END AS phase,
+           CASE
+               WHEN r.id IS NULL THEN 'recording_missing'
+               WHEN r.status NOT IN ('Available', 'Failed') THEN s.problem
+           END AS poison_reason
     FROM due d
     LEFT JOIN messenger.call_recordings r ON r.id = d.recording_id
+    -- the session's end: ended_at, or (a session Ended/Failed without one, e.g. a failed
+    -- call) the time it got that status; a row with no session, an unknown kind or an
+    -- end beyond AsOf + SLA + interval has no end to wait for: it is a problem (poison)
     LEFT JOIN LATERAL (
-        SELECT cs.ended_at FROM messenger.call_sessions cs
-        WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
-        UNION ALL
-        SELECT cf.ended_at FROM messenger.conference_sessions cf
-        WHERE r.session_kind = 'Conference' AND cf.id = r.session_id
-    ) s ON true
+        SELECT e.ended_at,
+               CASE
+                   WHEN r.session_kind NOT IN ('Direct', 'Conference')
+                       THEN 'session_kind_unknown:' || left(r.session_kind, 32)
+                   WHEN e.status IS NULL THEN 'session_missing'
+                   WHEN e.ended_at > %(as_of)s + (%(sla)s + %(recheck)s) * interval '1 second'
+                       THEN 'session_ended_in_future:'
+                            || to_char(e.ended_at AT TIME ZONE 'UTC',
+                                       'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+               END AS problem
+        FROM (SELECT max(x.status) AS status,
+                     max(COALESCE(x.ended_at, CASE WHEN x.status IN ('Ended', 'Failed')
+                                                   THEN x.updated_at END)) AS ended_at
+              FROM (SELECT cs.status, cs.ended_at, cs.updated_at
+                    FROM messenger.call_sessions cs
+                    WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
+                    UNION ALL
+                    SELECT cf.status, cf.ended_at, cf.updated_at
+                    FROM messenger.conference_sessions cf
+                    WHERE r.session_kind = 'Conference' AND cf.id = r.session_id) x) e
+    ) s ON r.id IS NOT NULL
 ),
 claimed AS (
     UPDATE messenger.recording_finalize_attempts a
@@ -78,7 +104,7 @@ claimed AS (
     WHERE a.id = c.id
     RETURNING a.id, a.recording_id, a.session_kind, a.session_id, a.attempts,
               a.next_attempt_at, c.old_attempts, c.old_next_attempt_at, c.phase,
-              c.recording_status, c.tenant_id
+              c.recording_status, c.tenant_id, c.poison_reason
 )
 SELECT c.*, k.skipped_locked
 FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM due))
