@@ -43,6 +43,7 @@ from actors.finalize_messages import (
     NotAttempted,
     RowOutcome,
     Terminal,
+    Withheld,
 )
 from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import (
@@ -61,6 +62,7 @@ from supervision.metrics import (
     RF_RECONCILED,
     RF_REPUBLISHED,
     RF_TRANSIENT,
+    RF_VERDICTS_WITHHELD,
 )
 from supervision.objectstore import Found, Missing, Poison, Transient
 from supervision.tracing import span
@@ -75,7 +77,7 @@ GATHER_S = 0.01
 class Effect:
     """What one row's statement did."""
 
-    kind: str  # available | failed | transient | quarantined | unclaimed | deferred
+    kind: str  # available | failed | transient | quarantined | unclaimed | deferred | withheld
     applied: Applied | None = None
     status: str | None = None
     reason: str | None = None
@@ -101,6 +103,8 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
         done = quarantine(conn, row, reason)
         return Effect("quarantined", status="Quarantined" if done else None, reason=reason)
     unclaim(conn, row)
+    if isinstance(decision, Withheld):
+        return Effect("withheld")
     return Effect("deferred" if isinstance(decision, NotAttempted) else "unclaimed")
 
 
@@ -224,6 +228,9 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
                 _quarantined(counts, row.recording_id, row.attempts, effect.reason)
         elif effect.kind == "deferred":
             counts.deferred += 1
+        elif effect.kind == "withheld":
+            counts.withheld += 1
+            RF_VERDICTS_WITHHELD.inc()
         elif effect.kind == "unclaimed":
             counts.config_fault += 1
         else:  # pragma: no cover - every kind is handled above

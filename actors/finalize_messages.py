@@ -52,8 +52,14 @@ class NotAttempted:
     reason: str
 
 
+@attrs.frozen
+class Withheld:
+    """A Missing verdict past the cycle's ``max_failed_per_cycle``: give the row back
+    untouched (not an attempt); a later cycle judges it again."""
+
+
 Decision: TypeAlias = (Found | Missing | Transient | Fault | Poison | Terminal | BadRow
-                       | NotAttempted)
+                       | NotAttempted | Withheld)
 
 
 @attrs.frozen

@@ -150,6 +150,12 @@ def unclaim(conn: psycopg.Connection, row: ClaimedRow) -> None:
     })
 
 
+def known_present(conn: psycopg.Connection, limit: int) -> list[str]:
+    """Recordings whose binary is known to exist (the positive canary's candidates)."""
+    records = conn.execute(QUERIES["finalize_attempts_known_present"], {"limit": limit})
+    return [str(rec[0]) for rec in records.fetchall()]
+
+
 @attrs.frozen
 class Stats:
     backlog: int

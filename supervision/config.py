@@ -184,6 +184,11 @@ class RecordingFinalizeConfig:
     max_run_duration: float = _setting(
         180.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive]
     )
+    max_failed_per_cycle: int = _setting(
+        50, "Most Missing (-> Failed/Timeout) verdicts one cycle gives; past it the rest of "
+        "the batch is given back untouched and RecordingFinalizeVerdictsWithheld fires.",
+        checks=[_positive],
+    )
 
 
 @attrs.frozen

@@ -323,3 +323,14 @@ SELECT i.attempt_id,
        i.attempt_id IN (SELECT id FROM fin) AS closed,
        i.attempt_id IN (SELECT id FROM back) AS skipped_locked
 FROM input i;
+
+-- name: finalize_attempts_known_present --
+-- The positive canary's candidates: recordings whose binary is known to exist — Available
+-- with a file_id — among the newest finalize rows already Done (ix_rfa_due read
+-- backwards: the cost does not grow with call_recordings).
+SELECT r.id
+FROM messenger.recording_finalize_attempts a
+JOIN messenger.call_recordings r ON r.id = a.recording_id
+WHERE a.status = 'Done' AND r.status = 'Available' AND r.file_id IS NOT NULL
+ORDER BY a.next_attempt_at DESC
+LIMIT %(limit)s;
