@@ -10,10 +10,12 @@ HEADs, the way a reconcile would (``{key_prefix}{recording_id}``), up to
 :data:`CANDIDATES` recordings already Available (their finalize rows Done, newest first):
 
 * one of them found (metadata good or not) → healthy;
+* a fault (403, ``NoSuchBucket``) → that configuration fault;
 * every one 404 → :class:`Fault` ``known_recording_not_found:<id>``: a configuration
   fault — nothing is claimed, no attempt is spent, readiness is 503 and the
   ``ConfigurationFault`` alert fires, exactly like a missing bucket;
-* a transient failure or a fault → returned as it is (breaker / configuration fault).
+* otherwise (none found, some transient) → that :class:`Transient`: the breaker is open
+  for the cycle, so only rows that need no HEAD are claimed.
 
 With no Available recording yet there is nothing to compare with: healthy, and the
 per-cycle cap on Missing verdicts (``max_failed_per_cycle``) is the line that is left.
@@ -39,12 +41,17 @@ CANDIDATES = 3
 async def check_known_present(db: Database, store: ObjectStore) -> Found | Transient | Fault:
     """HEAD recordings known to exist; a 404 on every one is a configuration fault."""
     recording_ids = await db.run(known_present, CANDIDATES)
+    transient: Transient | None = None
     for recording_id in recording_ids:
         outcome = await store.head_recording(recording_id)
         if isinstance(outcome, Found | Poison):
             return HEALTHY
-        if isinstance(outcome, Transient | Fault):
+        if isinstance(outcome, Fault):
             return outcome
+        if isinstance(outcome, Transient):
+            transient = transient or outcome
+    if transient is not None:  # nothing found, not every answer a 404: cannot tell yet
+        return transient
     if recording_ids:
         log.error("known_recording_not_found", recording_ids=recording_ids)
         return Fault(f"known_recording_not_found:{recording_ids[0]}")
