@@ -1,13 +1,15 @@
 """The finalize claimer: claims due rows batch by batch and routes them.
 
 Inputs: the cycle's AsOf and deadline, the database, the breaker. Outputs: rows that need a
-HEAD go to the S3 reconciler pool; rows that do not (recording already terminal, recording
-missing) go straight to the committer. Restart type: none of its own — it lives and dies
+HEAD go to the S3 reconciler pool; rows that do not (recording already terminal; no verdict
+possible: recording or session missing, unknown session kind, session end in the future)
+go straight to the committer. Restart type: none of its own — it lives and dies
 with its cycle (the lock keeper's nested nursery).
 
 Each claim is one short transaction (``finalize_attempts_claim_due``) that pre-increments
 attempts and moves next_attempt_at, so a row in flight is never claimed twice. It claims
-until nothing is due, the cycle's ``max_run_duration`` is reached, or the breaker opens.
+until nothing is due, the cycle's ``max_run_duration`` is reached, the breaker opens, or
+the cycle's ``max_failed_per_cycle`` Missing verdicts are spent.
 
 What cancellation does: a claim in flight commits or rolls back whole (``atomic``); rows
 already claimed but not yet committed keep their pre-incremented attempt and come back
@@ -21,8 +23,8 @@ import datetime as dt
 import structlog
 import trio
 
-from actors.finalize_messages import ClaimedRow, RecordingMissing, RowOutcome, Terminal
-from actors.finalize_state import Breaker, FinalizeCounts
+from actors.finalize_messages import BadRow, ClaimedRow, RowOutcome, Terminal
+from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
 from actors.finalize_store import claim_due
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
@@ -32,13 +34,13 @@ log = structlog.get_logger("finalize_claimer")
 
 async def serve_finalize_claimer(
     db: Database, cfg: RecordingFinalizeConfig, as_of: dt.datetime, deadline: float,
-    breaker: Breaker, counts: FinalizeCounts, s3_down: bool,
+    breaker: Breaker, budget: VerdictBudget, counts: FinalizeCounts, s3_down: bool,
     to_reconcile: trio.MemorySendChannel[ClaimedRow],
     to_commit: trio.MemorySendChannel[RowOutcome],
 ) -> None:
     """Claim until drained; closes both send channels when done (ends the pipeline)."""
     async with to_reconcile, to_commit:
-        while trio.current_time() < deadline and not breaker.open:
+        while trio.current_time() < deadline and not breaker.open and not budget.spent:
             claim = await db.atomic(claim_due, cfg, as_of, s3_down or breaker.open)
             counts.skipped_locked += claim.skipped_locked
             counts.rescheduled += claim.rescheduled
@@ -53,6 +55,7 @@ async def serve_finalize_claimer(
                 elif row.phase == "terminal":
                     await to_commit.send(RowOutcome(row, Terminal()))
                 else:
-                    await to_commit.send(RowOutcome(row, RecordingMissing()))
+                    reason = row.poison_reason or "recording_missing"
+                    await to_commit.send(RowOutcome(row, BadRow(reason)))
         if trio.current_time() >= deadline:
             log.info("cycle_deadline_reached")

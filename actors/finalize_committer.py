@@ -13,6 +13,11 @@ become or already are Available (the bulk of a drain) go through one set-based s
 statement rolls back and those rows are applied one statement each, so only the bad row
 is quarantined — and every other outcome is one statement of its own.
 
+A recording that another transaction holds (the ingest callback) is skipped, never
+waited on (seed: "a recording locked by the ingest callback is skipped"): its statement
+writes nothing for it and gives its finalize row the attempt back, due again from now, so
+a later cycle reconciles it.
+
 Malformed data (a value the database rejects) quarantines that row with the reason in a
 separate statement; the rest of the group proceeds. Infrastructure errors end the cycle:
 uncommitted rows stay Pending and are retried idempotently by the next cycle.
@@ -34,10 +39,11 @@ import structlog
 import trio
 
 from actors.finalize_messages import (
+    BadRow,
     NotAttempted,
-    RecordingMissing,
     RowOutcome,
     Terminal,
+    Withheld,
 )
 from actors.finalize_state import FinalizeCounts
 from actors.finalize_store import (
@@ -57,6 +63,7 @@ from supervision.metrics import (
     RF_RECONCILED,
     RF_REPUBLISHED,
     RF_TRANSIENT,
+    RF_VERDICTS_WITHHELD,
 )
 from supervision.tracing import span
 
@@ -70,7 +77,7 @@ GATHER_S = 0.01
 class Effect:
     """What one row's statement did."""
 
-    kind: str  # available | failed | transient | quarantined | unclaimed | deferred
+    kind: str  # available | failed | transient | quarantined | unclaimed | deferred | withheld
     applied: Applied | None = None
     status: str | None = None
     reason: str | None = None
@@ -90,12 +97,14 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
         reason = f"s3:{decision.error}"
         return Effect("transient", status=record_transient(conn, row, reason, max_attempts),
                       reason=reason)
-    if isinstance(decision, Poison | RecordingMissing):
-        reason = ("recording_missing" if isinstance(decision, RecordingMissing)
+    if isinstance(decision, Poison | BadRow):
+        reason = (decision.reason if isinstance(decision, BadRow)
                   else f"object:{decision.error}")
         done = quarantine(conn, row, reason)
         return Effect("quarantined", status="Quarantined" if done else None, reason=reason)
     unclaim(conn, row)
+    if isinstance(decision, Withheld):
+        return Effect("withheld")
     return Effect("deferred" if isinstance(decision, NotAttempted) else "unclaimed")
 
 
@@ -181,7 +190,10 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
               attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind,
               decision=type(outcome.decision).__name__):
         applied = effect.applied
-        if effect.kind == "available" and applied is not None:
+        if applied is not None and applied.skipped_locked:
+            counts.skipped_locked += 1
+            log.info("recording_skipped_locked", recording_id=row.recording_id)
+        elif effect.kind == "available" and applied is not None:
             if applied.transitioned:
                 counts.reconciled += 1
                 RF_RECONCILED.inc()
@@ -216,6 +228,9 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
                 _quarantined(counts, row.recording_id, row.attempts, effect.reason)
         elif effect.kind == "deferred":
             counts.deferred += 1
+        elif effect.kind == "withheld":
+            counts.withheld += 1
+            RF_VERDICTS_WITHHELD.inc()
         elif effect.kind == "unclaimed":
             counts.config_fault += 1
         else:  # pragma: no cover - every kind is handled above

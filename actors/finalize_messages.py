@@ -28,6 +28,7 @@ class ClaimedRow:
     old_attempts: int
     old_next_attempt_at: dt.datetime
     tenant_id: str | None = None
+    poison_reason: str | None = None  # phase poison: why no verdict is possible
 
 
 @attrs.frozen
@@ -36,8 +37,12 @@ class Terminal:
 
 
 @attrs.frozen
-class RecordingMissing:
-    """The finalize row points at no recording: poison."""
+class BadRow:
+    """No verdict is possible and waiting would never end: the finalize row points at no
+    recording, the recording at no session or an unknown session_kind, or the session ended
+    far in the future. Poison: quarantined with *reason* as last_error."""
+
+    reason: str
 
 
 @attrs.frozen
@@ -47,8 +52,14 @@ class NotAttempted:
     reason: str
 
 
-Decision: TypeAlias = (Found | Missing | Transient | Fault | Poison | Terminal | RecordingMissing
-                       | NotAttempted)
+@attrs.frozen
+class Withheld:
+    """A Missing verdict past the cycle's ``max_failed_per_cycle``: give the row back
+    untouched (not an attempt); a later cycle judges it again."""
+
+
+Decision: TypeAlias = (Found | Missing | Transient | Fault | Poison | Terminal | BadRow
+                       | NotAttempted | Withheld)
 
 
 @attrs.frozen

@@ -21,9 +21,37 @@ class FinalizeCounts:
     rescheduled: int = 0  # session not ended / SLA not passed: not an attempt
     config_fault: int = 0  # rows given back untouched because of a configuration fault
     deferred: int = 0  # rows given back untouched because the outage breaker opened
+    withheld: int = 0  # Missing verdicts past max_failed_per_cycle: given back untouched
 
     def as_json(self) -> dict[str, int]:
         return attrs.asdict(self)
+
+
+@attrs.define
+class VerdictBudget:
+    """At most ``limit`` Missing (→ Failed/Timeout) verdicts per cycle.
+
+    The second line behind the canaries: if a configuration they cannot see makes present
+    objects answer 404, a cycle does at most ``limit`` irreversible wrong verdicts. Once
+    it is spent the claimer stops, and further Missing outcomes are given back untouched
+    (``withheld``); Found outcomes are still committed.
+    """
+
+    limit: int
+    missing: int = 0
+    withheld: int = 0
+
+    @property
+    def spent(self) -> bool:
+        return self.missing >= self.limit
+
+    def take(self) -> bool:
+        """Count one Missing verdict; False when it must be withheld."""
+        if self.spent:
+            self.withheld += 1
+            return False
+        self.missing += 1
+        return True
 
 
 @attrs.define

@@ -76,6 +76,7 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
             recording_status=rec["recording_status"], old_attempts=rec["old_attempts"],
             old_next_attempt_at=rec["old_next_attempt_at"],
             tenant_id=None if rec["tenant_id"] is None else str(rec["tenant_id"]),
+            poison_reason=rec["poison_reason"],
         ))
     return Claim(rows, rescheduled, skipped)
 
@@ -85,6 +86,9 @@ class Applied:
     transitioned: bool
     enqueued: bool
     closed: bool
+    # the recording was held by another transaction (the ingest callback): nothing was
+    # written, the row got its attempt back and is due again from now
+    skipped_locked: bool = False
 
 
 def publish_available(conn: psycopg.Connection,
@@ -95,10 +99,11 @@ def publish_available(conn: psycopg.Connection,
     params: dict[str, Any] = {
         "topic": TOPIC_RECORDING_AVAILABLE, "attempt_ids": [], "recording_ids": [],
         "transitions": [], "file_ids": [], "sizes": [], "durations": [], "formats": [],
-        "headers": [],
+        "headers": [], "old_attempts": [],
     }
     for row, found in rows:
         params["attempt_ids"].append(row.attempt_id)
+        params["old_attempts"].append(row.old_attempts)
         params["recording_ids"].append(row.recording_id)
         params["transitions"].append(found is not None)
         params["file_ids"].append(found and found["file_id"])
@@ -109,19 +114,17 @@ def publish_available(conn: psycopg.Connection,
                                                "CallRecordingAvailable", job_run_id, SOURCE))
     records = conn.execute(QUERIES["finalize_attempts_publish_available"], params
                            ).fetchall()
-    by_attempt = {str(r[0]): Applied(bool(r[1]), bool(r[2]), bool(r[3])) for r in records}
+    by_attempt = {str(r[0]): Applied(bool(r[1]), bool(r[2]), bool(r[3]), bool(r[4]))
+                  for r in records}
     return [by_attempt[row.attempt_id] for row, _ in rows]
 
 
 def fail_timeout(conn: psycopg.Connection, row: ClaimedRow) -> Applied:
-    params = {"recording_id": row.recording_id, "attempt_id": row.attempt_id}
-    return _applied(conn.execute(QUERIES["finalize_attempts_fail_timeout"], params))
-
-
-def _applied(cur: psycopg.Cursor[Any]) -> Applied:
-    rec = cur.fetchone()
+    params = {"recording_id": row.recording_id, "attempt_id": row.attempt_id,
+              "old_attempts": row.old_attempts}
+    rec = conn.execute(QUERIES["finalize_attempts_fail_timeout"], params).fetchone()
     assert rec is not None
-    return Applied(bool(rec[0]), bool(rec[1]), bool(rec[2]))
+    return Applied(bool(rec[0]), bool(rec[1]), bool(rec[2]), bool(rec[3]))
 
 
 def record_transient(conn: psycopg.Connection, row: ClaimedRow, error: str,
@@ -145,6 +148,12 @@ def unclaim(conn: psycopg.Connection, row: ClaimedRow) -> None:
         "id": row.attempt_id, "old_attempts": row.old_attempts,
         "old_next_attempt_at": row.old_next_attempt_at,
     })
+
+
+def known_present(conn: psycopg.Connection, limit: int) -> list[str]:
+    """Recordings whose binary is known to exist (the positive canary's candidates)."""
+    records = conn.execute(QUERIES["finalize_attempts_known_present"], {"limit": limit})
+    return [str(rec[0]) for rec in records.fetchall()]
 
 
 @attrs.frozen

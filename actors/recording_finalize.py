@@ -4,8 +4,8 @@
 
 Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
-    probe bucket + object path ──fault──▶ readiness 503, alert, claim nothing
-         │ transient ─▶ breaker open: claim only rows that need no HEAD
+    probe bucket + object path + objects known to exist ──fault──▶ readiness 503, alert,
+         │ transient ─▶ breaker open: claim only rows that need no HEAD      claim nothing
          ▼
     claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
         └──────────────RowOutcome (terminal, poison)───────────────────────────▶
@@ -13,7 +13,9 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
 AsOf is the database clock, read once. The claimer ends the pipeline when nothing is
 due, at ``max_run_duration``, or when the breaker opens; closing its channels drains the
 pool and then the committers, so the cycle returns only after every claimed row has been
-committed (or, when cancelled, each row committed or rolled back whole).
+committed (or, when cancelled, each row committed or rolled back whole). At most
+``max_failed_per_cycle`` Missing verdicts are given per cycle; past that the claimer
+stops and later Missing rows are given back untouched (``withheld``, alert).
 """
 
 from __future__ import annotations
@@ -26,14 +28,15 @@ import attrs
 import structlog
 import trio
 
+from actors.finalize_canary import check_known_present
 from actors.finalize_claimer import serve_finalize_claimer
 from actors.finalize_committer import serve_finalize_committer
 from actors.finalize_messages import ClaimedRow, RowOutcome
-from actors.finalize_state import Breaker, FinalizeCounts
+from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
 from actors.finalize_store import db_now
 from actors.gauge_refresher import refresh_finalize
 from actors.lock_keeper import CycleContext
-from actors.s3.objectstore import Fault, ObjectStore, Transient
+from actors.s3.objectstore import Fault, Found, ObjectStore, Transient
 from actors.s3_reconciler import pool_size, serve_s3_reconciler
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
@@ -77,7 +80,10 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
         probe = await job.store.probe()
+        if isinstance(probe, Found):
+            probe = await check_known_present(job.db, job.store)
         breaker = Breaker(job.breaker_threshold)
+        budget = VerdictBudget(job.cfg.max_failed_per_cycle)
         if isinstance(probe, Fault):
             HEALTH.set_fault("s3", probe.error)
             log.error("config_fault", component="s3", error=probe.error)
@@ -100,16 +106,19 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
                     serve_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
                     outcomes_recv.clone(), job.wake_relay))
             for _ in range(pool_size(job.concurrency)):
-                nursery.start_soon(serve_s3_reconciler, job.store, breaker,
+                nursery.start_soon(serve_s3_reconciler, job.store, breaker, budget,
                                    rows_recv.clone(), outcomes_send.clone())
             nursery.start_soon(partial(
-                serve_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker,
+                serve_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, budget,
                 counts, s3_down, rows_send, outcomes_send))
         if breaker.fault is not None:
             HEALTH.set_fault("s3", breaker.fault)
             log.error("config_fault", component="s3", error=breaker.fault)
         elif breaker.open and not s3_down:
             log.warning("s3_breaker_opened", consecutive_transient=breaker.threshold)
+        if budget.withheld:
+            log.error("missing_verdicts_withheld", failed=budget.missing,
+                      withheld=budget.withheld, limit=budget.limit)
         status = "ok"
         return counts
     finally:

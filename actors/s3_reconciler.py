@@ -13,6 +13,10 @@ attempted, so they are given back untouched (attempts and next_attempt_at as bef
 claim), as after a configuration fault. Only rows whose HEAD really failed keep the
 attempt they were claimed with.
 
+At most ``max_failed_per_cycle`` Missing outcomes per cycle go on as verdicts
+(:class:`~actors.finalize_state.VerdictBudget`); later ones are :class:`Withheld`: the row
+is given back untouched, so a 404 storm nobody expected cannot fail the whole backlog.
+
 When no S3 worker process can run (it died and may not restart yet, or cannot start),
 nothing is sent: the row is given back untouched and the breaker opens, so a broken
 worker spends no attempts; the next cycle's probe starts a new one.
@@ -26,9 +30,9 @@ from __future__ import annotations
 import structlog
 import trio
 
-from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome
-from actors.finalize_state import Breaker
-from actors.s3.objectstore import Fault, HeadOutcome, ObjectStore, Transient
+from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome, Withheld
+from actors.finalize_state import Breaker, VerdictBudget
+from actors.s3.objectstore import Fault, HeadOutcome, Missing, ObjectStore, Transient
 from actors.s3.process import NOT_SENT
 
 log = structlog.get_logger("s3_reconciler")
@@ -41,14 +45,14 @@ def pool_size(concurrency: int) -> int:
 
 
 async def serve_s3_reconciler(
-    store: ObjectStore, breaker: Breaker,
+    store: ObjectStore, breaker: Breaker, budget: VerdictBudget,
     inbox: trio.MemoryReceiveChannel[ClaimedRow],
     outbox: trio.MemorySendChannel[RowOutcome],
 ) -> None:
     """One worker of the pool: runs until *inbox* is closed and drained."""
     async with outbox:
         async for row in inbox:
-            outcome: HeadOutcome | NotAttempted
+            outcome: HeadOutcome | NotAttempted | Withheld
             if breaker.fault is not None:
                 outcome = Fault(breaker.fault)
             elif breaker.open:
@@ -62,4 +66,6 @@ async def serve_s3_reconciler(
                     outcome = NotAttempted(NOT_SENT)
                 else:
                     breaker.record(isinstance(outcome, Transient))
+                if isinstance(outcome, Missing) and not budget.take():
+                    outcome = Withheld()
             await outbox.send(RowOutcome(row, outcome))

@@ -210,6 +210,11 @@ class RecordingFinalizeConfig:
         180.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive],
         maximum=HOUR,
     )
+    max_failed_per_cycle: int = _setting(
+        50, "Most Missing (-> Failed/Timeout) verdicts one cycle gives; past it the rest of "
+        "the batch is given back untouched and RecordingFinalizeVerdictsWithheld fires.",
+        checks=[_positive], maximum=MAX_BATCH,
+    )
 
 
 @attrs.frozen

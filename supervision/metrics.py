@@ -52,6 +52,9 @@ RF_REPUBLISH_OVERDUE = Gauge(
 RF_QUARANTINED_ROWS = Gauge(
     "safetynet_recording_finalize_quarantined_rows",
     "Finalize rows in quarantine now (runbook: inspect last_error, requeue).")
+RF_VERDICTS_WITHHELD = Counter(
+    "safetynet_recording_finalize_verdicts_withheld",
+    "Missing verdicts held back past max_failed_per_cycle (rows given back untouched).")
 S3_BREAKER_OPEN = Gauge(
     "safetynet_s3_breaker_open",
     "1 while the object-storage outage breaker stops claiming reconcile work.")

@@ -9,7 +9,8 @@ libcurl) behind ``actors.s3.process.open_object_store``; :class:`ObjectStore` is
 the interface the job sees. Nothing here logs a URL or a credential: outcomes carry a
 class and a code (``"http_503"``, ``"Timeout"``) that is safe to store in ``last_error``.
 
-Outcome classes: 200 → :class:`Found` (metadata adopted), 404 → :class:`Missing`; 5xx, 429,
+Outcome classes: 200 → :class:`Found` (metadata adopted), 404 → :class:`Missing` (but a 404
+whose error code says ``NoSuchBucket`` is a :class:`Fault`); 5xx, 429,
 timeouts and connection errors → :class:`Transient`; 403, or any other 4xx → :class:`Fault`
 (configuration: not retried, no attempt consumed); an object whose Content-Type or
 duration is missing or unknown → :class:`Poison` (quarantined at once).
@@ -83,7 +84,7 @@ def classify_object(key: str, status: int, headers: Mapping[str, str]) -> HeadOu
     if status == 200:
         return _metadata(key, headers)
     if status == 404:
-        return Missing()
+        return Fault("bucket_missing") if _no_such_bucket(headers) else Missing()
     return _classify_error(status, headers)
 
 
@@ -97,16 +98,29 @@ def classify_bucket(status: int, headers: Mapping[str, str]) -> Found | Transien
 
 
 def classify_canary(status: int, headers: Mapping[str, str]) -> Found | Transient | Fault:
-    """HEAD of a key under the recordings prefix that never exists: 404 (or 200) means the
-    object path works; 5xx/429/timeouts mean it does not, even when HEAD bucket is fine
-    (a SlowDown storm, volume servers down)."""
-    if status in (200, 404):
-        return HEALTHY
+    """HEAD of a key under the recordings prefix that never exists: 404 means the object
+    path answers; 5xx/429/timeouts mean it does not, even when HEAD bucket is fine (a
+    SlowDown storm, volume servers down). A 200 there is a configuration fault: the
+    endpoint answers "found" for anything (a catch-all proxy, a website endpoint), so its
+    HEADs cannot tell present from missing. So is a 404 that says ``NoSuchBucket``."""
+    if status == 404:
+        return Fault("bucket_missing") if _no_such_bucket(headers) else HEALTHY
+    if status == 200:
+        return Fault("canary_key_exists")
     return _classify_error(status, headers)
 
 
+def _error_code(headers: Mapping[str, str]) -> str:
+    """The S3 error code of a bodiless (HEAD) answer, where the store sends one."""
+    return headers.get("x-amz-error-code") or headers.get("x-minio-error-code") or ""
+
+
+def _no_such_bucket(headers: Mapping[str, str]) -> bool:
+    return _error_code(headers) == "NoSuchBucket"
+
+
 def _classify_error(status: int, headers: Mapping[str, str]) -> Transient | Fault:
-    code = headers.get("x-amz-error-code", "")
+    code = _error_code(headers)
     label = f"http_{status}" + (f"_{code}" if code else "")
     if status >= 500 or status == 429 or code == "SlowDown":
         return Transient(label)

@@ -114,7 +114,9 @@ async def seed(stack: DevStack, scenario: Scenario) -> dict[str, int]:
 
     started = trio.current_time()
     rows = await trio.to_thread.run_sync(write)
-    to_upload = [str(r["id"]) for r in rows if r["status"] != "Available"][:with_binary]
+    # Available recordings have their binary too: the positive canary HEADs them
+    to_upload = ([str(r["id"]) for r in rows if r["status"] != "Available"][:with_binary]
+                 + [str(r["id"]) for r in rows if r["status"] == "Available"])
     creds = stack.s3.credentials
     auth = AWS4Auth(creds.access_key_id, creds.secret_access_key, creds.region, "s3")
     limiter = trio.CapacityLimiter(16)

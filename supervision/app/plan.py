@@ -74,14 +74,15 @@ async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
 async def _plan_finalize(cfg: Config, dsn: str, limit: int) -> list[PlanItem]:
     rf = cfg.jobs.recording_finalize
     rows = await trio.to_thread.run_sync(_rows, dsn, "plan_finalize_attempts", {
-        "sla": rf.finalize_sla_timeout, "topic": TOPIC_RECORDING_AVAILABLE, "limit": limit})
+        "sla": rf.finalize_sla_timeout, "recheck": rf.polling_interval,
+        "topic": TOPIC_RECORDING_AVAILABLE, "limit": limit})
     items = []
     async with open_object_store(cfg.s3) as store:
         probe = await store.probe()
         for row in rows:
             rid, phase = str(row["recording_id"]), row["phase"]
             if phase == "poison":
-                items.append(PlanItem(rid, phase, "quarantine", "recording row missing"))
+                items.append(PlanItem(rid, phase, "quarantine", row["poison_reason"]))
             elif phase == "wait":
                 why = ("session not ended" if row["session_ended_at"] is None
                        else "session ended less than finalize_sla_timeout ago")

@@ -229,7 +229,7 @@ def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: i
          deals: int = 0, uploaded_share: float = 0.7, available_share: float = 0.1,
          spread_s: float = 0.0, conference_spread_s: float = 0.0) -> set[str]:
     """The `safetynet dev` incident: lost callbacks (``uploaded_share`` with the binary,
-    ``available_share`` Available but unpublished, the rest without a binary) and orphaned
+    ``available_share`` Available but unpublished, with theirs, the rest without) and orphaned
     conferences (a third per reaper phase; with *deals* > 0 they share that many deal ids,
     so the conference-ended topic has several events per key; finalize rows fall due
     uniformly over *spread_s* seconds). Returns the ids of the
@@ -260,7 +260,9 @@ def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: i
             conn.execute("UPDATE messenger.conference_sessions SET deal_id ="
                          " md5('deal' || (abs(hashtext(id::text)) %% %s))::uuid", (deals,))
     pending = [str(r[0]) for r in rows if r[1] != "Available"]
-    to_upload = pending[:round(recordings * uploaded_share)]
+    # Available recordings have their binary too (the positive canary HEADs them)
+    to_upload = pending[:round(recordings * uploaded_share)] + [
+        str(r[0]) for r in rows if r[1] == "Available"]
     upload(s3, bucket, to_upload)
     return set(to_upload)
 

@@ -91,7 +91,7 @@ def plant_database_corruptions(dsn: str, uploaded: set[str]) -> dict[str, str]:
             "SELECT r.id FROM messenger.call_recordings r WHERE status = 'Available'"
             " ORDER BY id").fetchall()]
         with_object = [r for r in available if r in uploaded]
-        others = [r for r in available if r not in uploaded]
+        others = with_object[6:]  # Available, untouched by the corruptions on [0:6]
         # lost: an outbox row deleted (the transition without its event)
         rid = with_object[0]
         conn.execute("DELETE FROM messenger.integration_outbox WHERE dedupe_key = %s", (rid,))

@@ -143,10 +143,11 @@ async def test_lost_callback_without_binary_fails_with_timeout(
 
 
 async def test_available_but_unpublished_is_republished_once(
-        cfg: Config, conn: psycopg.Connection) -> None:
+        cfg: Config, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
     """A crash between → Available and publish: one outbox row; a second cycle adds none."""
     sid = insert_call_session(conn)
     rec = insert_recording(conn, session_id=sid, status="Available")
+    upload_recording(s3_server, rec.id, bucket=bucket)  # Available: its binary is there
     first = await run_cycle(cfg)
     insert_attempt(conn, str(uuid.uuid4()), sid)  # unrelated noise: recording missing
     conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Pending',"

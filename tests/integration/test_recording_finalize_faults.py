@@ -261,6 +261,7 @@ async def test_long_outage_with_s3_down_quarantines_nothing_then_recovers(
     sid = insert_call_session(conn)
     unpublished = [insert_recording(conn, session_id=sid, status="Available").id
                    for _ in range(3)]
+    await put_recordings(s3_server, bucket, unpublished)  # Available: the binary is there
     s3_proxy.down = True
 
     for _ in range(12):

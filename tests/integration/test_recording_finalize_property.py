@@ -62,8 +62,13 @@ class Row:
 
 
 def normalised(row: Row) -> Row:
-    """Failed recordings have no binary (what the job must never produce, it is not fed)."""
-    return attrs.evolve(row, binary="none") if row.status == "Failed" else row
+    """Failed recordings have no binary (what the job must never produce, it is not fed);
+    Available ones have theirs (the positive canary HEADs them: one without is a fault)."""
+    if row.status == "Failed":
+        return attrs.evolve(row, binary="none")
+    if row.status == "Available" and row.binary == "none":
+        return attrs.evolve(row, binary="good")
+    return row
 
 
 ROWS = st.lists(st.builds(  # weighted towards rows that need a HEAD, and faults on them

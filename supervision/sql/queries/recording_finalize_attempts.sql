@@ -9,7 +9,10 @@ SELECT now();
 --   * for rows that are work now (reconcile, republish, terminal, poison): pre-increments
 --     attempts and moves next_attempt_at by the back-off of that attempt;
 --   * for recordings whose session has not ended, or ended less than the SLA ago: only
---     reschedules (not an attempt): to ended_at + SLA, or AsOf + recheck when not ended.
+--     reschedules (not an attempt): to ended_at + SLA, or AsOf + recheck when not ended;
+--   * rows that could only wait forever are poison with a reason (quarantined): no
+--     recording, no session row, an unknown session_kind, an end far in the future.
+--     A session Ended/Failed without ended_at counts as ended when it got that status.
 -- Returns every claimed row with its phase and the values needed to undo the claim, and
 -- (on every row, or on one all-NULL row when nothing was claimed) how many of the first
 -- batch_size due rows were skipped because another transaction holds them.
@@ -42,19 +45,42 @@ classified AS (
            CASE
                WHEN r.id IS NULL THEN 'poison'
                WHEN r.status IN ('Available', 'Failed') THEN 'terminal'
+               WHEN s.problem IS NOT NULL THEN 'poison'
                WHEN s.ended_at IS NULL
                     OR s.ended_at > %(as_of)s - %(sla)s * interval '1 second' THEN 'wait'
                ELSE 'reconcile'
-           END AS phase
+           END AS phase,
+           CASE
+               WHEN r.id IS NULL THEN 'recording_missing'
+               WHEN r.status NOT IN ('Available', 'Failed') THEN s.problem
+           END AS poison_reason
     FROM due d
     LEFT JOIN messenger.call_recordings r ON r.id = d.recording_id
+    -- the session's end: ended_at, or (a session Ended/Failed without one, e.g. a failed
+    -- call) the time it got that status; a row with no session, an unknown kind or an
+    -- end beyond AsOf + SLA + interval has no end to wait for: it is a problem (poison)
     LEFT JOIN LATERAL (
-        SELECT cs.ended_at FROM messenger.call_sessions cs
-        WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
-        UNION ALL
-        SELECT cf.ended_at FROM messenger.conference_sessions cf
-        WHERE r.session_kind = 'Conference' AND cf.id = r.session_id
-    ) s ON true
+        SELECT e.ended_at,
+               CASE
+                   WHEN r.session_kind NOT IN ('Direct', 'Conference')
+                       THEN 'session_kind_unknown:' || left(r.session_kind, 32)
+                   WHEN e.status IS NULL THEN 'session_missing'
+                   WHEN e.ended_at > %(as_of)s + (%(sla)s + %(recheck)s) * interval '1 second'
+                       THEN 'session_ended_in_future:'
+                            || to_char(e.ended_at AT TIME ZONE 'UTC',
+                                       'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+               END AS problem
+        FROM (SELECT max(x.status) AS status,
+                     max(COALESCE(x.ended_at, CASE WHEN x.status IN ('Ended', 'Failed')
+                                                   THEN x.updated_at END)) AS ended_at
+              FROM (SELECT cs.status, cs.ended_at, cs.updated_at
+                    FROM messenger.call_sessions cs
+                    WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
+                    UNION ALL
+                    SELECT cf.status, cf.ended_at, cf.updated_at
+                    FROM messenger.conference_sessions cf
+                    WHERE r.session_kind = 'Conference' AND cf.id = r.session_id) x) e
+    ) s ON r.id IS NOT NULL
 ),
 claimed AS (
     UPDATE messenger.recording_finalize_attempts a
@@ -64,8 +90,13 @@ claimed AS (
                 THEN c.session_ended_at + %(sla)s * interval '1 second'
             WHEN c.phase = 'wait'
                 THEN %(as_of)s + %(recheck)s * interval '1 second'
+            -- base * factor^attempts in log space, the exponent capped at ln(cap / base):
+            -- power() overflows float8 (and fails the claim) for large attempts/factors
             ELSE %(as_of)s + LEAST(%(backoff_cap)s,
-                                   %(backoff_base)s * power(%(backoff_factor)s::float8, a.attempts))
+                                   %(backoff_base)s * exp(LEAST(
+                                       a.attempts * ln(%(backoff_factor)s::float8),
+                                       ln(GREATEST(%(backoff_cap)s::float8
+                                                   / %(backoff_base)s::float8, 1)))))
                              * (1 + %(backoff_jitter)s * (2 * random() - 1)) * interval '1 second'
         END,
         updated_at = now()
@@ -73,7 +104,7 @@ claimed AS (
     WHERE a.id = c.id
     RETURNING a.id, a.recording_id, a.session_kind, a.session_id, a.attempts,
               a.next_attempt_at, c.old_attempts, c.old_next_attempt_at, c.phase,
-              c.recording_status, c.tenant_id
+              c.recording_status, c.tenant_id, c.poison_reason
 )
 SELECT c.*, k.skipped_locked
 FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM due))
@@ -106,10 +137,21 @@ RETURNING status;
 -- name: finalize_attempts_fail_timeout --
 -- Missing binary after the SLA: -> Failed/Timeout (guarded), realtime RecordingFailed,
 -- finalize row -> Done. No Kafka event: the contract has none for failures.
-WITH upd AS (
+-- A recording another transaction holds (the ingest callback) is skipped, not waited on:
+-- the finalize row gets its attempt back and is due again from now (the next cycle).
+WITH locked AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id = %(recording_id)s
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+busy AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id = %(recording_id)s AND r.id NOT IN (SELECT id FROM locked)
+),
+upd AS (
     UPDATE messenger.call_recordings
     SET status = 'Failed', failure_reason = 'Timeout', updated_at = now()
-    WHERE id = %(recording_id)s AND status IN ('Pending', 'Recording', 'Uploading')
+    WHERE id IN (SELECT id FROM locked) AND status IN ('Pending', 'Recording', 'Uploading')
     RETURNING *
 ),
 rt AS (
@@ -127,12 +169,19 @@ rt AS (
 fin AS (
     UPDATE messenger.recording_finalize_attempts
     SET status = 'Done', last_error = NULL, updated_at = now()
-    WHERE id = %(attempt_id)s AND status = 'Pending'
+    WHERE id = %(attempt_id)s AND status = 'Pending' AND NOT EXISTS (SELECT 1 FROM busy)
+    RETURNING id
+),
+back AS (
+    UPDATE messenger.recording_finalize_attempts
+    SET attempts = %(old_attempts)s, next_attempt_at = now(), updated_at = now()
+    WHERE id = %(attempt_id)s AND status = 'Pending' AND EXISTS (SELECT 1 FROM busy)
     RETURNING id
 )
 SELECT (SELECT count(*) FROM upd) AS transitioned,
        (SELECT count(*) FROM rt) AS enqueued,
-       (SELECT count(*) FROM fin) AS closed;
+       (SELECT count(*) FROM fin) AS closed,
+       (SELECT count(*) FROM back) AS skipped_locked;
 
 -- name: finalize_attempts_requeue --
 -- Runbook re-enqueue: Pending, attempts 0, due now.
@@ -181,14 +230,27 @@ FOR UPDATE;
 --        RecordingId through ux_outbox_dedupe);
 --   rt:  realtime RecordingAvailable, only for rows whose event this statement enqueued;
 --   fin: the finalize rows -> Done.
+-- A recording another transaction holds (the ingest callback) is skipped, not waited on
+-- (locked: FOR NO KEY UPDATE SKIP LOCKED, the lock the transition needs): nothing is
+-- written for it, and its finalize row gets its attempt back, due again from now (back).
 -- Returns, per row, what happened to it.
 WITH input AS (
     SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
                          %(transitions)s::boolean[], %(file_ids)s::text[],
                          %(sizes)s::bigint[], %(durations)s::int[], %(formats)s::text[],
-                         %(headers)s::jsonb[])
+                         %(headers)s::jsonb[], %(old_attempts)s::int[])
         AS i(attempt_id, recording_id, transition, file_id, size_bytes, duration_seconds,
-             format, headers)
+             format, headers, old_attempts)
+),
+locked AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id IN (SELECT recording_id FROM input)
+    ORDER BY r.id
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+busy AS (
+    SELECT r.id FROM messenger.call_recordings r
+    WHERE r.id IN (SELECT recording_id FROM input) AND r.id NOT IN (SELECT id FROM locked)
 ),
 upd AS (
     UPDATE messenger.call_recordings r
@@ -196,7 +258,7 @@ upd AS (
         duration_seconds = i.duration_seconds, format = i.format,
         available_at = now(), updated_at = now()
     FROM input i
-    WHERE r.id = i.recording_id AND i.transition
+    WHERE r.id = i.recording_id AND i.transition AND r.id IN (SELECT id FROM locked)
       AND r.status IN ('Pending', 'Recording', 'Uploading')
     RETURNING r.*
 ),
@@ -205,7 +267,8 @@ src AS (
     UNION ALL
     SELECT r.* FROM messenger.call_recordings r
     JOIN input i ON i.recording_id = r.id
-    WHERE r.status = 'Available' AND r.id NOT IN (SELECT id FROM upd)
+    WHERE r.status = 'Available' AND r.id IN (SELECT id FROM locked)
+      AND r.id NOT IN (SELECT id FROM upd)
 ),
 ob AS (
     INSERT INTO messenger.integration_outbox
@@ -243,10 +306,31 @@ fin AS (
     SET status = 'Done', last_error = NULL, updated_at = now()
     FROM input i
     WHERE a.id = i.attempt_id AND a.status = 'Pending'
+      AND i.recording_id NOT IN (SELECT id FROM busy)
+    RETURNING a.id
+),
+back AS (
+    UPDATE messenger.recording_finalize_attempts a
+    SET attempts = i.old_attempts, next_attempt_at = now(), updated_at = now()
+    FROM input i
+    WHERE a.id = i.attempt_id AND a.status = 'Pending'
+      AND i.recording_id IN (SELECT id FROM busy)
     RETURNING a.id
 )
 SELECT i.attempt_id,
        i.recording_id IN (SELECT id FROM upd) AS transitioned,
        i.recording_id::text IN (SELECT dedupe_key FROM ob) AS enqueued,
-       i.attempt_id IN (SELECT id FROM fin) AS closed
+       i.attempt_id IN (SELECT id FROM fin) AS closed,
+       i.attempt_id IN (SELECT id FROM back) AS skipped_locked
 FROM input i;
+
+-- name: finalize_attempts_known_present --
+-- The positive canary's candidates: recordings whose binary is known to exist — Available
+-- with a file_id — among the newest finalize rows already Done (ix_rfa_due read
+-- backwards: the cost does not grow with call_recordings).
+SELECT r.id
+FROM messenger.recording_finalize_attempts a
+JOIN messenger.call_recordings r ON r.id = a.recording_id
+WHERE a.status = 'Done' AND r.status = 'Available' AND r.file_id IS NOT NULL
+ORDER BY a.next_attempt_at DESC
+LIMIT %(limit)s;
