@@ -21,6 +21,7 @@ import tomli_w
 from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
 from supervision.errors import ConfigError, SafetynetError
 from supervision.logs import configure_logging
+from supervision.secrets import Scrubber, secrets_in
 from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
@@ -48,8 +49,10 @@ def _load(config_files: Sequence[Path]) -> Config:
         sys.exit(EXIT_CONFIG)
 
 
-def _fail(message: str, code: int = EXIT_INFRA) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+def _fail(message: str, code: int = EXIT_INFRA, cfg: Config | None = None) -> NoReturn:
+    """Print one line and exit; with *cfg*, its secrets are masked (the message may quote
+    a driver's, which may quote a DSN)."""
+    click.echo(f"error: {Scrubber(secrets_in(cfg) if cfg else ()).scrub(message)}", err=True)
     sys.exit(code)
 
 
@@ -77,7 +80,7 @@ def migrate(config_files: tuple[Path, ...]) -> None:
     try:
         applied = run_migrations(cfg.postgres.dsn.reveal())
     except SafetynetError as exc:
-        _fail(str(exc))
+        _fail(str(exc), cfg=cfg)
     if applied:
         for migration in applied:
             click.echo(f"applied {migration.version:04d}_{migration.name}")
@@ -94,7 +97,7 @@ def run(config_files: tuple[Path, ...]) -> None:
     from supervision.app import run_daemon
 
     cfg = _load(config_files)
-    configure_logging(cfg.logging.level, cfg.logging.format)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     configure_tracing(cfg.tracing)
     sys.exit(trio.run(run_daemon, cfg))
 
@@ -109,7 +112,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     from supervision.app import run_once as run_one_cycle
 
     cfg = _load(config_files)
-    configure_logging(cfg.logging.level, cfg.logging.format)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
     counts: dict[str, object] = {}
     try:
@@ -117,7 +120,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     except* (SafetynetError, psycopg.Error, OSError, RuntimeError) as group:
         failure = _first_error(group)
     if failure is not None:
-        _fail(failure)
+        _fail(failure, cfg=cfg)
     click.echo(json.dumps(counts, sort_keys=False))
 
 
