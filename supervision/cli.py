@@ -3,6 +3,8 @@
 Exit codes: 0 success; 1 infrastructure failure or a child beyond its restart intensity;
 2 usage errors, a violated SLO (``status``) or an unknown id (``requeue``); 78 bad
 configuration. No verb ends in a traceback: expected failures print one clear line each.
+What comes from data (ids, ``last_error``, a plan's reasons) is printed through
+:mod:`supervision.terminal`: no control sequence or rich markup of theirs takes effect.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, r
 from supervision.errors import ConfigError, SafetynetError
 from supervision.logs import configure_logging
 from supervision.secrets import Scrubber, secrets_in
+from supervision.terminal import cell, printable
 from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
@@ -164,15 +167,15 @@ def _print_status(current: Any) -> None:
                             ("conference-reaper", current.conferences),
                             ("outbox", current.outbox)):
         for key, value in values.items():
-            table.add_row(f"{section} {key}", str(value))
+            table.add_row(f"{section} {key}", cell(value))
     console.print(table)
     if current.quarantined:
         quarantine = Table(title="quarantined finalize rows (oldest first)")
         for column in ("recording_id", "attempts", "last_error", "updated_at"):
             quarantine.add_column(column)
         for row in current.quarantined:
-            quarantine.add_row(row["recording_id"], row["attempts"], row["last_error"] or "",
-                               row["updated_at"])
+            quarantine.add_row(cell(row["recording_id"]), cell(row["attempts"]),
+                               cell(row["last_error"] or ""), cell(row["updated_at"]))
         console.print(quarantine)
     slos = Table(title="SLO verdicts")
     slos.add_column("SLO")
@@ -180,7 +183,7 @@ def _print_status(current: Any) -> None:
     slos.add_column("value", justify="right")
     for verdict in current.verdicts:
         slos.add_row(verdict.slo, "[green]ok[/]" if verdict.ok else "[red]VIOLATED[/]",
-                     str(verdict.value))
+                     cell(verdict.value))
     console.print(slos)
 
 
@@ -202,13 +205,14 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, config_files: tuple[Pat
                              connect_timeout=5) as conn:
             changed = do_requeue(conn, list(ids), all_quarantined)
     except UnknownIds as exc:
-        _fail(f"unknown id(s), nothing changed: {exc}", EXIT_SLO)
+        _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
         _fail(f"postgres: {type(exc).__name__}")
     for row in changed:
-        click.echo(f"requeued {row.attempt_id} (recording {row.recording_id}): "
-                   f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
-                   + (f"; last_error was {row.last_error}" if row.last_error else ""))
+        click.echo(printable(
+            f"requeued {row.attempt_id} (recording {row.recording_id}): "
+            f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
+            + (f"; last_error was {row.last_error}" if row.last_error else "")))
     click.echo(f"{len(changed)} row(s) requeued")
 
 
@@ -240,7 +244,7 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
     for column in ("id", "phase", "decision", "why"):
         table.add_column(column)
     for item in items:
-        table.add_row(item.id, item.phase, item.decision, item.why)
+        table.add_row(cell(item.id), cell(item.phase), cell(item.decision), cell(item.why))
     Console().print(table)
     click.echo(f"{len(items)} item(s)")
 
