@@ -4,9 +4,10 @@
 
 Inputs: the listen address and a :class:`Readiness` probe. Outputs: HTTP responses —
 ``/metrics`` in the Prometheus text format produced by prometheus-client itself (no
-hand-written exposition), ``/healthz`` 200 while the supervisor runs, ``/readyz`` 200 only
-when PostgreSQL answers and no configuration fault is active, otherwise 503 with a
-one-line reason. Restart type: permanent.
+hand-written exposition), ``/healthz`` 200 while the root supervisor runs and 503 from the
+moment it shuts down or escalates, ``/readyz`` 200 only when the root runs, PostgreSQL
+answers and no configuration fault is active; every 503 carries a one-line reason.
+Restart type: permanent.
 
 Each connection is its own task with a read/write deadline, so a slow or stuck scraper
 holds nothing but its own socket; HTTP parsing is h11's. Binds loopback by default.
@@ -54,7 +55,7 @@ class Readiness:
                 self._db_error = None
             except (Exception, trio.TooSlowError) as exc:  # any failure means "not ready"
                 self._db_error = f"postgres unavailable: {type(exc).__name__}"
-        return self._db_error or HEALTH.reason()
+        return HEALTH.liveness_reason() or self._db_error or HEALTH.reason()
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -114,7 +115,10 @@ async def _route(readiness: Readiness, request: h11.Request) -> tuple[int, str, 
     if path == b"/metrics":
         return 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest()
     if path == b"/healthz":
-        return 200, "text/plain; charset=utf-8", b"ok\n"
+        unhealthy = HEALTH.liveness_reason()
+        if unhealthy is None:
+            return 200, "text/plain; charset=utf-8", b"ok\n"
+        return 503, "text/plain; charset=utf-8", f"unhealthy: {unhealthy}\n".encode()
     if path == b"/readyz":
         reason = await readiness.reason()
         if reason is None:

@@ -27,7 +27,7 @@ import attrs
 
 from supervision.durations import format_duration, parse_duration
 from supervision.errors import ConfigError
-from supervision.secrets import REDACTED, Secret, redact_dsn
+from supervision.secrets import REDACTED, InvalidDsn, Secret, parse_dsn, redact_dsn
 
 ENV_PREFIX = "SAFETYNET__"
 ENV_CONFIG_FILE = "SAFETYNET_CONFIG"
@@ -125,6 +125,10 @@ def _dsn(value: Any) -> str | None:
         return "must be set (a libpq connection string, e.g. postgresql://user@host/db)"
     if "://" in text and not text.startswith(("postgresql://", "postgres://")):
         return "must be a postgresql:// URL or a key=value connection string"
+    try:
+        parse_dsn(text)  # libpq's own reading; the message never quotes the DSN
+    except InvalidDsn as exc:
+        return str(exc)
     return None
 
 

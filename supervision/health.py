@@ -1,20 +1,37 @@
-"""Process health shared by the actors and read by ``/readyz``.
+"""Process health shared by the actors and read by ``/healthz`` and ``/readyz``.
+
+Liveness follows the root supervisor: healthy while it runs the tree, unhealthy from the
+moment it starts shutting down (a signal) or escalating (a child beyond its restart
+intensity) — the exporter is the last child to stop, so without this it would answer
+200 for the whole shutdown.
 
 A configuration fault (S3 bucket missing, access denied) makes the process unready until
 a later probe finds the dependency healthy again; readiness is also lost while PostgreSQL
-does not answer (checked by the metrics exporter).
+does not answer (checked by the metrics exporter) and while the root is not running.
 """
 
 from __future__ import annotations
+
+import enum
 
 import attrs
 
 from supervision.metrics import CONFIG_FAULT
 
 
+class RootState(enum.Enum):
+    """What the root supervisor is doing."""
+
+    RUNNING = "running"
+    SHUTTING_DOWN = "shutting down"
+    ESCALATING = "escalating"
+
+
 @attrs.define
 class Health:
     faults: dict[str, str] = attrs.field(factory=dict)  # component -> one-line reason
+    root: RootState = RootState.RUNNING
+    root_detail: str = ""
 
     def set_fault(self, component: str, reason: str) -> None:
         self.faults[component] = reason
@@ -24,11 +41,21 @@ class Health:
         self.faults.pop(component, None)
         CONFIG_FAULT.labels(component=component).set(0)
 
+    def set_root(self, state: RootState, detail: str = "") -> None:
+        self.root, self.root_detail = state, detail
+
     def reason(self) -> str | None:
         """The first active fault as one line, or None when there is none."""
         for component, reason in sorted(self.faults.items()):
             return f"configuration fault in {component}: {reason}"
         return None
+
+    def liveness_reason(self) -> str | None:
+        """Why the process is not healthy (the root is stopping), or None."""
+        if self.root is RootState.RUNNING:
+            return None
+        detail = f" ({self.root_detail})" if self.root_detail else ""
+        return f"supervisor {self.root.value}{detail}"
 
 
 HEALTH = Health()

@@ -3,23 +3,34 @@
 Every line carries ``timestamp``, ``level`` and ``event``; actors bind ``actor`` and, for
 the length of a cycle, ``job_run_id`` (via :mod:`structlog.contextvars`, which follows
 Trio tasks because Trio gives each task its own context copy).
+
+No line shows a secret: every line, the drivers' included (psycopg_pool logs its connect
+error on every retry, and libpq's messages may quote a DSN), passes a
+:class:`~supervision.secrets.Scrubber` after its exception is formatted.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 import structlog
+
+from supervision.secrets import Scrubber
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
 
 
-def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
+def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None,
+                      secrets: Iterable[str] = ()) -> None:
     """Route every structlog logger — and the standard library's loggers of the drivers
-    (psycopg's pool, aiokafka, httpx) — to *stream* (stderr by default) in *fmt*."""
+    (psycopg's pool, aiokafka, httpx) — to *stream* (stderr by default) in *fmt*, with
+    *secrets* (see :func:`~supervision.secrets.secrets_in`) and credential-shaped text
+    masked."""
+    scrub = Scrubber(secrets)
     renderer: Any
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=(stream or sys.stderr).isatty())
@@ -34,7 +45,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, renderer],
+                    structlog.processors.format_exc_info, scrub, renderer],
     ))
     root = logging.getLogger()
     root.handlers = [handler]
@@ -44,6 +55,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
         processors=[
             *shared,
             structlog.processors.format_exc_info,
+            scrub,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),

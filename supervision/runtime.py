@@ -12,6 +12,9 @@ Shutdown, step by step:
    (PostgreSQL cancel requests: unfinished transactions roll back).
 3. A second signal hard-stops at once.
 
+From the first signal (or the root's escalation) on, ``/healthz`` and ``/readyz`` answer
+503 (:data:`~supervision.health.HEALTH`).
+
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
 """
@@ -23,6 +26,7 @@ import signal
 import structlog
 import trio
 
+from supervision.health import HEALTH, RootState
 from supervision.shielding import StopGuard, guarded_by
 from supervision.spec import SupervisorSpec
 from supervision.supervisor import RestartIntensityExceeded, describe, serve_supervisor
@@ -38,6 +42,10 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
     """Run *tree* until a signal stops it (0) or it fails (1)."""
     guard = StopGuard()
     failure: RestartIntensityExceeded | None = None
+    HEALTH.set_root(RootState.RUNNING)
+
+    def escalating(exc: RestartIntensityExceeded) -> None:
+        HEALTH.set_root(RootState.ESCALATING, f"{exc.actor} exceeded its restart intensity")
     try:
         with guarded_by(guard), trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
@@ -45,7 +53,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
 
                 async def run_tree() -> None:
                     with tree_scope:
-                        await serve_supervisor(tree)
+                        await serve_supervisor(tree, on_escalation=escalating)
                     nursery.cancel_scope.cancel()
 
                 async def hard_stop_after_grace() -> None:
@@ -61,6 +69,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
                     if not tree_scope.cancel_called:
                         log.info("shutdown_requested", signal=name,
                                  grace_s=shutdown_grace)
+                        HEALTH.set_root(RootState.SHUTTING_DOWN, name)
                         tree_scope.cancel()
                         nursery.start_soon(hard_stop_after_grace)
                     else:

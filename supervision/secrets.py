@@ -3,13 +3,29 @@
 A :class:`Secret` prints as ``***`` in ``str``, ``repr``, f-strings, logs and tracebacks;
 only :meth:`Secret.reveal` gives the value, and only the code that hands it to a driver
 calls it.
+
+DSNs are read with psycopg's own parser (:func:`psycopg.conninfo.conninfo_to_dict`), so
+what is masked is exactly what libpq would send: ``password = x``, ``password='a b'``,
+``sslpassword``, URL query parameters. A DSN psycopg cannot parse is refused with a
+message of ours — the driver's message quotes the offending token, which may be the
+password. :class:`Scrubber` is the last line: every log line passes through it.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import contextlib
+import re
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 REDACTED = "***"
+SENSITIVE_KEY_WORDS = ("password", "secret", "token")
+MIN_SCRUBBED_LENGTH = 4  # shorter values would mask ordinary words in every line
 
 
 class Secret:
@@ -40,22 +56,105 @@ class Secret:
         return f"Secret({str(self)!r})"
 
 
+class InvalidDsn(ValueError):
+    """A DSN psycopg cannot parse; the message never quotes the DSN."""
+
+
+def is_sensitive_key(key: str) -> bool:
+    """A connection parameter whose value is a credential (``password``, ``sslpassword``,
+    anything naming a secret or a token)."""
+    return any(word in key.lower() for word in SENSITIVE_KEY_WORDS)
+
+
+def parse_dsn(dsn: str) -> dict[str, Any]:
+    """*dsn* as libpq reads it; :class:`InvalidDsn` (with a safe message) if it cannot."""
+    try:
+        return conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        # psycopg's message quotes the token it choked on: it may be the password
+        if "percent-encoded" in str(exc):
+            raise InvalidDsn("has a '%' not followed by two hex digits (in a URL, write a "
+                             "literal '%' as %25)") from None
+        raise InvalidDsn("is not a libpq connection string (key=value pairs with values "
+                         "containing spaces in single quotes, or a postgresql:// URL)"
+                         ) from None
+
+
 def redact_dsn(dsn: str) -> str:
-    """*dsn* with its password replaced by ``***`` (URL or ``key=value`` form)."""
+    """*dsn* as libpq parses it, in ``key=value`` form, credentials replaced by ``***``;
+    just ``***`` if it does not parse."""
+    try:
+        params = parse_dsn(dsn)
+    except InvalidDsn:
+        return REDACTED
+    return make_conninfo("", **{key: REDACTED if is_sensitive_key(key) else value
+                                for key, value in params.items()})
+
+
+def dsn_secrets(dsn: str) -> set[str]:
+    """Every form in which *dsn*'s credentials may show up in a message: the DSN itself,
+    the parsed values, and a URL's password as written (percent-encoded or invalid)."""
+    found = {dsn}
+    with contextlib.suppress(InvalidDsn):
+        found |= {str(v) for k, v in parse_dsn(dsn).items() if is_sensitive_key(k) and v}
     if "://" in dsn:
-        parts = urlsplit(dsn)
-        if parts.password is None:
-            netloc = parts.netloc
-        else:
-            host = parts.netloc.rsplit("@", 1)[1]
-            netloc = f"{parts.username or ''}:{REDACTED}@{host}"
-        query = "&".join(
-            f"{k}={REDACTED}" if k.lower() == "password" else f"{k}={v}"
-            for k, _, v in (item.partition("=") for item in parts.query.split("&") if item)
-        )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    words = []
-    for word in dsn.split():
-        key, sep, _ = word.partition("=")
-        words.append(f"{key}={REDACTED}" if sep and key.lower() == "password" else word)
-    return " ".join(words)
+        try:
+            password = urlsplit(dsn).password
+        except ValueError:
+            password = None
+        if password:
+            found.add(password)
+    return found
+
+
+def secrets_in(obj: Any) -> set[str]:
+    """Every :class:`Secret` value in an attrs object tree (DSNs in all their forms)."""
+    found: set[str] = set()
+    if isinstance(obj, Secret):
+        if obj:
+            found |= dsn_secrets(obj.reveal())
+    elif attrs.has(type(obj)):
+        for field in attrs.fields(type(obj)):
+            found |= secrets_in(getattr(obj, field.name))
+    return found
+
+
+# credentials whatever their value: key=value (libpq and query strings), URL userinfo,
+# and psycopg's "invalid percent-encoded token" message, which quotes the password
+_PATTERNS = (
+    (re.compile(r"(\b\w*(?:password|secret|token)\w*\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)",
+                re.IGNORECASE), rf"\g<1>{REDACTED}"),
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^\s@]+@", re.IGNORECASE),
+     rf"\g<1>{REDACTED}@"),
+    (re.compile(r'(percent-encoded token: )"[^"]*"'), rf'\g<1>"{REDACTED}"'),
+)
+
+
+@attrs.define
+class Scrubber:
+    """Masks known secrets and anything shaped like a credential in log lines.
+
+    Used as a structlog processor (after exceptions are formatted, before rendering) for
+    structlog's own lines and for the standard library's (psycopg_pool, aiokafka)."""
+
+    secrets: Iterable[str] = ()
+    _known: list[str] = attrs.field(init=False, factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        # longest first: a DSN is masked whole before the password inside it
+        self._known = sorted({s for s in self.secrets if len(s) >= MIN_SCRUBBED_LENGTH},
+                             key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        for secret in self._known:
+            text = text.replace(secret, REDACTED)
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]
+                 ) -> MutableMapping[str, Any]:
+        for key, value in event_dict.items():
+            if isinstance(value, str):
+                event_dict[key] = self.scrub(value)
+        return event_dict

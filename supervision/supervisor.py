@@ -26,6 +26,7 @@ restarted and never counted as a failure.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -85,9 +86,13 @@ class _Status:
             self._task_status.started()
 
 
+Escalation = Callable[["RestartIntensityExceeded"], None]
+
+
 class _Supervisor:
-    def __init__(self, spec: SupervisorSpec) -> None:
+    def __init__(self, spec: SupervisorSpec, on_escalation: Escalation | None = None) -> None:
         self.spec = spec
+        self.on_escalation = on_escalation
         self.guard = current_guard()
         self.order: list[ChildSpec] = list(spec.children)
         self.running: dict[str, _Running] = {}
@@ -109,6 +114,8 @@ class _Supervisor:
                     await self._handle_exit(running)
             except RestartIntensityExceeded as exc:
                 escalation = exc
+                if self.on_escalation is not None:
+                    self.on_escalation(exc)  # before the children stop, which takes time
             finally:
                 with trio.CancelScope(shield=True):
                     await self._stop_all()
@@ -206,7 +213,9 @@ class _Supervisor:
 
 
 async def serve_supervisor(
-    spec: SupervisorSpec, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    spec: SupervisorSpec, *, on_escalation: Escalation | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run *spec*'s children until cancelled; raise if one exceeds the restart intensity."""
-    await _Supervisor(spec).serve(task_status)
+    """Run *spec*'s children until cancelled; raise if one exceeds the restart intensity
+    (*on_escalation* is told first, before the children are stopped)."""
+    await _Supervisor(spec, on_escalation).serve(task_status)

@@ -18,6 +18,10 @@ one (at most one start per :data:`RESPAWN_INTERVAL`; in between, requests answer
 ``Transient(NOT_SENT)``, which the reconciler treats as not attempted). A request with no
 answer after ``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
 
+The worker's environment is filtered (:func:`worker_environment`): it gets what Python,
+locale and libcurl need, never the daemon's ``SAFETYNET__*`` overrides (the DSN, keys,
+tokens) nor cloud credentials — its own credentials come over stdin.
+
 What cancellation does: a cancelled request forgets its id; the late answer is dropped.
 Leaving the context closes the worker's stdin (it exits on end of input), waits up to
 :data:`CLOSE_TIMEOUT` for it, then kills it. The worker runs in its own session, so a
@@ -29,9 +33,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -61,6 +66,21 @@ NOT_SENT = "s3_worker_unavailable"
 RESPAWN_INTERVAL = 1.0
 CLOSE_TIMEOUT = 3.0
 _READ_SIZE = 64 * 1024
+# what the worker may inherit: Python, locale, temp files, TLS trust and libcurl's
+# proxy settings (a proxy the daemon reaches S3 through is the worker's proxy too)
+WORKER_ENV_NAMES = frozenset({
+    "PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "CURL_CA_BUNDLE",
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+})
+WORKER_ENV_PREFIXES = ("LC_", "SSL_CERT_")
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of *environ* the S3 worker gets: an allow-list, so a secret added to the
+    daemon's environment later is not passed on by default."""
+    return {name: value for name, value in environ.items()
+            if name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)}
 
 
 @attrs.define(eq=False)
@@ -163,7 +183,7 @@ class WorkerObjectStore:
     async def _start(self) -> _Worker:
         process = await trio.lowlevel.open_process(
             list(self._command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            start_new_session=True)
+            start_new_session=True, env=worker_environment(os.environ))
         requests_send, requests_recv = trio.open_memory_channel[bytes](math.inf)
         requests_send.send_nowait(encode_settings(self._cfg))
         worker = _Worker(process, requests_send)

@@ -3,6 +3,8 @@
 Exit codes: 0 success; 1 infrastructure failure or a child beyond its restart intensity;
 2 usage errors, a violated SLO (``status``) or an unknown id (``requeue``); 78 bad
 configuration. No verb ends in a traceback: expected failures print one clear line each.
+What comes from data (ids, ``last_error``, a plan's reasons) is printed through
+:mod:`supervision.terminal`: no control sequence or rich markup of theirs takes effect.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import tomli_w
 from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
 from supervision.errors import ConfigError, SafetynetError
 from supervision.logs import configure_logging
+from supervision.secrets import Scrubber, secrets_in
+from supervision.terminal import cell, printable
 from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
@@ -48,8 +52,10 @@ def _load(config_files: Sequence[Path]) -> Config:
         sys.exit(EXIT_CONFIG)
 
 
-def _fail(message: str, code: int = EXIT_INFRA) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+def _fail(message: str, code: int = EXIT_INFRA, cfg: Config | None = None) -> NoReturn:
+    """Print one line and exit; with *cfg*, its secrets are masked (the message may quote
+    a driver's, which may quote a DSN)."""
+    click.echo(f"error: {Scrubber(secrets_in(cfg) if cfg else ()).scrub(message)}", err=True)
     sys.exit(code)
 
 
@@ -77,7 +83,7 @@ def migrate(config_files: tuple[Path, ...]) -> None:
     try:
         applied = run_migrations(cfg.postgres.dsn.reveal())
     except SafetynetError as exc:
-        _fail(str(exc))
+        _fail(str(exc), cfg=cfg)
     if applied:
         for migration in applied:
             click.echo(f"applied {migration.version:04d}_{migration.name}")
@@ -94,7 +100,7 @@ def run(config_files: tuple[Path, ...]) -> None:
     from supervision.app.daemon import run_daemon
 
     cfg = _load(config_files)
-    configure_logging(cfg.logging.level, cfg.logging.format)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     configure_tracing(cfg.tracing)
     sys.exit(trio.run(run_daemon, cfg))
 
@@ -109,7 +115,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     from supervision.app.daemon import run_once as run_one_cycle
 
     cfg = _load(config_files)
-    configure_logging(cfg.logging.level, cfg.logging.format)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
     counts: dict[str, object] = {}
     try:
@@ -117,7 +123,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     except* (SafetynetError, psycopg.Error, OSError, RuntimeError) as group:
         failure = _first_error(group)
     if failure is not None:
-        _fail(failure)
+        _fail(failure, cfg=cfg)
     click.echo(json.dumps(counts, sort_keys=False))
 
 
@@ -161,15 +167,15 @@ def _print_status(current: Any) -> None:
                             ("conference-reaper", current.conferences),
                             ("outbox", current.outbox)):
         for key, value in values.items():
-            table.add_row(f"{section} {key}", str(value))
+            table.add_row(f"{section} {key}", cell(value))
     console.print(table)
     if current.quarantined:
         quarantine = Table(title="quarantined finalize rows (oldest first)")
         for column in ("recording_id", "attempts", "last_error", "updated_at"):
             quarantine.add_column(column)
         for row in current.quarantined:
-            quarantine.add_row(row["recording_id"], row["attempts"], row["last_error"] or "",
-                               row["updated_at"])
+            quarantine.add_row(cell(row["recording_id"]), cell(row["attempts"]),
+                               cell(row["last_error"] or ""), cell(row["updated_at"]))
         console.print(quarantine)
     if current.poisoned:
         from rich.markup import escape
@@ -187,7 +193,7 @@ def _print_status(current: Any) -> None:
     slos.add_column("value", justify="right")
     for verdict in current.verdicts:
         slos.add_row(verdict.slo, "[green]ok[/]" if verdict.ok else "[red]VIOLATED[/]",
-                     str(verdict.value))
+                     cell(verdict.value))
     console.print(slos)
 
 
@@ -214,17 +220,19 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
                              connect_timeout=5) as conn:
             changed = do_requeue(conn, list(ids), all_quarantined, all_poisoned)
     except UnknownIds as exc:
-        _fail(f"unknown id(s), nothing changed: {exc}", EXIT_SLO)
+        _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
         _fail(f"postgres: {type(exc).__name__}")
     for row in changed:
         if isinstance(row, Released):
-            click.echo(f"released poison conference {row.conference_id} ({row.phase}, "
-                       f"{row.failures} failure(s)): claimed again next cycle")
+            click.echo(printable(
+                f"released poison conference {row.conference_id} ({row.phase}, "
+                f"{row.failures} failure(s)): claimed again next cycle"))
             continue
-        click.echo(f"requeued {row.attempt_id} (recording {row.recording_id}): "
-                   f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
-                   + (f"; last_error was {row.last_error}" if row.last_error else ""))
+        click.echo(printable(
+            f"requeued {row.attempt_id} (recording {row.recording_id}): "
+            f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
+            + (f"; last_error was {row.last_error}" if row.last_error else "")))
     click.echo(f"{len(changed)} row(s) requeued")
 
 
@@ -256,7 +264,7 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
     for column in ("id", "phase", "decision", "why"):
         table.add_column(column)
     for item in items:
-        table.add_row(item.id, item.phase, item.decision, item.why)
+        table.add_row(cell(item.id), cell(item.phase), cell(item.decision), cell(item.why))
     Console().print(table)
     click.echo(f"{len(items)} item(s)")
 

@@ -76,6 +76,18 @@ def test_status_lists_quarantined_rows_with_last_error(
         (rec.id, "object:duration_missing")]
 
 
+def test_status_shows_a_last_error_with_markup_and_escapes_verbatim(
+        config: Path, conn: psycopg.Connection) -> None:
+    """A last_error holding rich markup and a terminal escape is printed as stored text:
+    no crash on the stray closing tag, no escape sequence reaches the terminal."""
+    rec = insert_recording(conn, session_id=insert_call_session(conn, ended_ago=None))
+    conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Quarantined',"
+                 " last_error = %s WHERE id = %s", ("video/[/x] \x1b[2J[bold]", rec.attempt_id))
+    proc = cli(config, "status")
+    assert proc.returncode == 0, proc.stderr
+    assert "video/[/x] \\x1b[2J[bold]" in proc.stdout
+    assert "\x1b" not in proc.stdout
+
 def test_requeue_quarantined_and_done_rows_by_either_id(
         config: Path, conn: psycopg.Connection) -> None:
     """Quarantined (named by recording id) and Done (named by row id) rows become
@@ -97,6 +109,20 @@ def test_requeue_quarantined_and_done_rows_by_either_id(
         assert (row["status"], row["attempts"], row["last_error"]) == ("Pending", 0, None)
         assert row["next_attempt_at"] <= conn.execute("SELECT now()").fetchone()[0]
 
+
+def test_requeue_echoes_control_characters_spelled_out(
+        config: Path, conn: psycopg.Connection) -> None:
+    """A last_error with an OSC title sequence, a bell and a newline is echoed with each
+    control character spelled as an escape, on one line."""
+    rec = insert_recording(conn, session_id=insert_call_session(conn))
+    conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Quarantined',"
+                 " last_error = %s WHERE id = %s",
+                 ("s3:\x1b]0;owned\x07\nforged line", rec.attempt_id))
+    proc = cli(config, "requeue", rec.id)
+    assert proc.returncode == 0, proc.stderr
+    assert "last_error was s3:\\x1b]0;owned\\x07\\nforged line" in proc.stdout
+    assert not any(ch in proc.stdout for ch in "\x1b\x07")
+    assert len(proc.stdout.splitlines()) == 2  # the row, the summary
 
 def test_requeue_all_quarantined(config: Path, conn: psycopg.Connection) -> None:
     """--all-quarantined takes exactly the quarantined rows."""

@@ -130,15 +130,18 @@ def test_sigterm_mid_cycle_exits_0_within_grace_with_nothing_half_done(
 
 def test_second_sigterm_stops_at_once_and_still_leaves_nothing_half_done(
         db_dsn: str, s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
-    """Committers blocked on row locks keep the graceful stop waiting; a second SIGTERM
-    forces the stop at once, and PostgreSQL rolls back what did not commit."""
+    """Committers blocked on a lock keep the graceful stop waiting; a second SIGTERM
+    forces the stop at once, and PostgreSQL rolls back what did not commit.
+
+    The blocker holds the realtime outbox (a recording row held by another transaction is
+    skipped, never waited on, so it cannot hold a committer)."""
     seed_lost_callbacks(db_dsn, 200)
     log = tmp_path / "daemon.log"
     config = write_config(tmp_path / "c.toml", db_dsn, s3_server, bucket)
     config.write_text(config.read_text().replace('shutdown_grace = "5s"',
                                                  'shutdown_grace = "60s"'))
     with psycopg.connect(db_dsn) as blocker:
-        blocker.execute("SELECT id FROM messenger.call_recordings FOR UPDATE").fetchall()
+        blocker.execute("LOCK TABLE messenger.realtime_outbox IN EXCLUSIVE MODE")
         proc = start_daemon(config, log)
         try:
             wait_for(db_dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type ="

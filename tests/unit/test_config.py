@@ -9,6 +9,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import tomli_w
 from click.testing import CliRunner
 
 from supervision.app.cli import main
@@ -215,8 +216,47 @@ def test_secrets_never_appear_in_repr_or_redacted_output(tmp_path: Path) -> None
     shown = repr(cfg) + str(redacted(cfg)) + f"{cfg.s3.secret_access_key}"
     for secret in ("s3cr3t-pw", "AKIAEXAMPLEKEY", "very-secret-key", "media-bearer-token"):
         assert secret not in shown
-    assert redacted(cfg)["postgres"]["dsn"] == "postgresql://app:***@127.0.0.1:5432/messenger"
+    assert redacted(cfg)["postgres"]["dsn"] == (
+        "user=app password=*** dbname=messenger host=127.0.0.1 port=5432")
     assert cfg.media.token.reveal() == "media-bearer-token"
+
+
+@pytest.mark.parametrize(("dsn", "secrets"), [
+    ("host=db user=app password = hunter22x dbname=m", ["hunter22x"]),
+    ("host=db password='two words here' dbname=m", ["two words here", "words"]),
+    ("host=db sslpassword=keyphrase1 sslmode=verify-full", ["keyphrase1"]),
+    ("postgresql://app@db/m?password=qu3ry-pw&sslpassword=k3y-pw", ["qu3ry-pw", "k3y-pw"]),
+    ("postgresql://app:pct%25pw@db/m", ["pct%pw", "pct%25pw"]),
+])
+def test_dsn_redaction_masks_every_credential_libpq_reads(
+        tmp_path: Path, dsn: str, secrets: list[str]) -> None:
+    """check-config masks what libpq would take as a credential, however it is written:
+    spaces around '=', quoted values with spaces, sslpassword, URL query parameters."""
+    path = write(tmp_path, tomli_w.dumps({"postgres": {"dsn": dsn}}))
+    result = CliRunner().invoke(main, ["check-config", "-c", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "password=***" in result.output
+    for secret in secrets:
+        assert secret not in result.output
+
+
+@pytest.mark.parametrize("verb", ["check-config", "run", "run-once", "migrate", "status"])
+def test_unescaped_percent_in_a_url_dsn_exits_78_without_quoting_it(
+        tmp_path: Path, verb: str) -> None:
+    """psycopg's own message for a bad '%' quotes the password (and psycopg_pool logs it
+    on every retry); every verb refuses the DSN with a message of its own, before any
+    driver sees it."""
+    path = write(tmp_path, '[postgres]\ndsn = "postgresql://app:pa%zzw0rd@127.0.0.1:9/m"\n')
+    args = ["--job", "outbox-relay"] if verb == "run-once" else []
+    proc = subprocess.run(  # a real process: before the fix, `run` would keep retrying
+        [sys.executable, "-m", "supervision.app", verb, *args, "-c", str(path)],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=60,
+        env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "config error: postgres.dsn: has a '%' not followed by two hex digits (in a URL, "
+        "write a literal '%' as %25)"]
+    assert "zzw0rd" not in proc.stdout + proc.stderr
 
 
 def test_check_config_prints_effective_config_redacted(tmp_path: Path) -> None:
@@ -226,7 +266,8 @@ def test_check_config_prints_effective_config_redacted(tmp_path: Path) -> None:
                                 env={"SAFETYNET__S3__CONCURRENCY": "4"})
     assert result.exit_code == 0, result.output
     assert "concurrency = 4" in result.output
-    assert 'dsn = "postgresql://app:***@127.0.0.1:5432/messenger"' in result.output
+    assert 'dsn = "user=app password=*** dbname=messenger host=127.0.0.1 port=5432"' in (
+        result.output)
     assert "s3cr3t-pw" not in result.output and "media-bearer-token" not in result.output
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from actors.s3.objectstore import (
     HEALTHY,
     Fault,

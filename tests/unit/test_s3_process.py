@@ -120,6 +120,28 @@ async def test_worker_exits_cleanly_when_the_store_closes() -> None:
     assert worker.process.returncode == 0
 
 
+
+async def test_worker_environment_holds_no_daemon_secrets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real worker inherits PATH, locale and TLS settings, but none of the daemon's
+    SAFETYNET__* overrides nor cloud credentials (its own come over stdin)."""
+    monkeypatch.setenv("SAFETYNET__POSTGRES__DSN", "postgresql://app:env-dsn-pw@db/m")
+    monkeypatch.setenv("SAFETYNET__MEDIA__TOKEN", "env-media-token")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-aws-secret")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+    async with open_object_store(CFG) as store:
+        assert await store.head_bucket() == Transient("ConnectError")  # nothing on :9
+        worker = store._worker
+        assert worker is not None
+        raw = await trio.Path(f"/proc/{worker.process.pid}/environ").read_bytes()
+    environ = dict(item.split("=", 1) for item in raw.decode().split("\0") if item)
+    assert not [name for name in environ if name.startswith(("SAFETYNET", "AWS_"))]
+    for secret in ("env-dsn-pw", "env-media-token", "env-aws-secret"):
+        assert secret not in raw.decode()
+    assert environ["PATH"] == os.environ["PATH"] and environ["LC_ALL"] == "C.UTF-8"
+    assert environ["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
+
 def test_worker_exits_when_the_daemon_is_killed(tmp_path: Path) -> None:
     """SIGKILL of the daemon closes the worker's input; the worker exits on its own."""
     program = textwrap.dedent(f"""
