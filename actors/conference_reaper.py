@@ -59,17 +59,19 @@ flight are dropped (best-effort; recording-finalize is the safety net for record
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import attrs
 import httpx
 import structlog
 import trio
 
+from actors.cycle_frame import cycle_frame
 from actors.finalize_store import db_now
 from actors.lock_keeper import CycleContext
 from actors.reaper_messages import PHASES, PhaseResult, StopRecording
 from actors.reaper_store import active_backlog, poisoned_count, prune_poison, reap_phase
-from actors.recorder_signal import RecorderSignal, serve_recorder_signal
+from actors.recorder_signal import RecorderSignal, run_recorder_signal
 from supervision.config import ConferenceReaperConfig, MediaConfig
 from supervision.database import Database
 from supervision.metrics import (
@@ -115,21 +117,13 @@ class ReaperJob:
 
 async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
     """Run the three phases once; return the cycle's counts."""
-    with span("conference-reaper.cycle", job_run_id=ctx.job_run_id) as cycle_span:
-        counts = await _cycle(job, ctx)
-        cycle_span.set_attributes({k: v for k, v in counts.as_json().items() if v})
-        return counts
-
-
-async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
-    started = trio.current_time()
     counts = ReaperCounts()
-    status = "error"
-    try:
+    async with cycle_frame("conference-reaper", ctx.job_run_id, counts, log, CR_RUNS,
+                           CR_CYCLE_DURATION, after=partial(refresh_backlog, job.db, job.cfg)):
+        deadline = trio.current_time() + job.cfg.max_run_duration
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
         await job.db.run(prune_poison)
-        deadline = started + job.cfg.max_run_duration
         stops: list[StopRecording] = []
         failure: Exception | None = None
         async with trio.open_nursery() as nursery:
@@ -166,23 +160,7 @@ async def _cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
             await _signal_recorders(job, stops)
         if failure is not None:
             raise failure
-        status = "ok"
-        return counts
-    except trio.Cancelled:
-        status = "cancelled"  # a stop, not a failure
-        raise
-    except BaseExceptionGroup as group:  # the nursery's: cancelled if only Cancelled inside
-        if group.split(trio.Cancelled)[1] is None:
-            status = "cancelled"
-        raise
-    finally:
-        elapsed = trio.current_time() - started
-        counts.duration_ms = int(elapsed * 1000)
-        CR_RUNS.labels(status=status).inc()
-        CR_CYCLE_DURATION.observe(elapsed)
-        log.info("cycle_completed", status=status, **counts.as_json())
-        with trio.move_on_after(2, shield=True):
-            await refresh_backlog(job.db, job.cfg)
+    return counts
 
 
 def _claim_again(result: PhaseResult, batch_size: int) -> bool:
@@ -199,7 +177,7 @@ async def _signal_recorders(job: ReaperJob, stops: list[StopRecording]) -> None:
     async with send:
         for request in stops:
             send.send_nowait(request)
-    await serve_recorder_signal(RecorderSignal(job.media, job.http), receive,
+    await run_recorder_signal(RecorderSignal(job.media, job.http), receive,
                                 concurrency=job.stop_concurrency)
 
 

@@ -23,7 +23,7 @@ import datetime as dt
 import structlog
 import trio
 
-from actors.finalize_messages import BadRow, ClaimedRow, RowOutcome, Terminal
+from actors.finalize_messages import BadRow, ClaimedRow, ClaimPhase, RowOutcome, Terminal
 from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
 from actors.finalize_store import claim_due
 from supervision.config import RecordingFinalizeConfig
@@ -32,7 +32,7 @@ from supervision.database import Database
 log = structlog.get_logger("finalize_claimer")
 
 
-async def serve_finalize_claimer(
+async def run_finalize_claimer(
     db: Database, cfg: RecordingFinalizeConfig, as_of: dt.datetime, deadline: float,
     breaker: Breaker, budget: VerdictBudget, counts: FinalizeCounts, s3_down: bool,
     to_reconcile: trio.MemorySendChannel[ClaimedRow],
@@ -50,9 +50,9 @@ async def serve_finalize_claimer(
                 log.info("batch_claimed", rows=len(claim.rows),
                          rescheduled=claim.rescheduled, skipped_locked=claim.skipped_locked)
             for row in claim.rows:
-                if row.phase == "reconcile":
+                if row.phase is ClaimPhase.RECONCILE:
                     await to_reconcile.send(row)
-                elif row.phase == "terminal":
+                elif row.phase is ClaimPhase.TERMINAL:
                     await to_commit.send(RowOutcome(row, Terminal()))
                 else:
                     reason = row.poison_reason or "recording_missing"

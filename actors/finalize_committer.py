@@ -30,6 +30,7 @@ back-off.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from functools import partial
 
@@ -39,6 +40,7 @@ import structlog
 import trio
 
 from actors.finalize_messages import (
+    AttemptStatus,
     BadRow,
     NotAttempted,
     RowOutcome,
@@ -73,13 +75,25 @@ GROUP = 32
 GATHER_S = 0.01
 
 
+class EffectKind(enum.Enum):
+    """Which statement a row's outcome ran."""
+
+    AVAILABLE = "available"  # publish-available: transition, event, close
+    FAILED = "failed"  # fail-timeout: Failed/Timeout, close
+    TRANSIENT = "transient"  # back-off kept (or quarantined at max_attempts)
+    QUARANTINED = "quarantined"  # poison or bad data
+    DEFERRED = "deferred"  # the breaker opened before its HEAD: given back untouched
+    WITHHELD = "withheld"  # past max_failed_per_cycle: given back untouched
+    UNCLAIMED = "unclaimed"  # a configuration fault: given back untouched
+
+
 @attrs.frozen
 class Effect:
     """What one row's statement did."""
 
-    kind: str  # available | failed | transient | quarantined | unclaimed | deferred | withheld
+    kind: EffectKind
     applied: Applied | None = None
-    status: str | None = None
+    status: AttemptStatus | None = None  # the finalize row's status after it, when written
     reason: str | None = None
 
 
@@ -90,22 +104,24 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
     if isinstance(decision, Found | Terminal):
         found = None if isinstance(decision, Terminal) else attrs.asdict(decision)
         (applied,) = publish_available(conn, [(row, found)], job_run_id)
-        return Effect("available", applied=applied)
+        return Effect(EffectKind.AVAILABLE, applied=applied)
     if isinstance(decision, Missing):
-        return Effect("failed", applied=fail_timeout(conn, row))
+        return Effect(EffectKind.FAILED, applied=fail_timeout(conn, row))
     if isinstance(decision, Transient):
         reason = f"s3:{decision.error}"
-        return Effect("transient", status=record_transient(conn, row, reason, max_attempts),
-                      reason=reason)
+        status = record_transient(conn, row, reason, max_attempts)
+        return Effect(EffectKind.TRANSIENT, status=status, reason=reason)
     if isinstance(decision, Poison | BadRow):
         reason = (decision.reason if isinstance(decision, BadRow)
                   else f"object:{decision.error}")
         done = quarantine(conn, row, reason)
-        return Effect("quarantined", status="Quarantined" if done else None, reason=reason)
+        return Effect(EffectKind.QUARANTINED,
+                      status=AttemptStatus.QUARANTINED if done else None, reason=reason)
     unclaim(conn, row)
     if isinstance(decision, Withheld):
-        return Effect("withheld")
-    return Effect("deferred" if isinstance(decision, NotAttempted) else "unclaimed")
+        return Effect(EffectKind.WITHHELD)
+    return Effect(EffectKind.DEFERRED if isinstance(decision, NotAttempted)
+                  else EffectKind.UNCLAIMED)
 
 
 @attrs.frozen
@@ -120,7 +136,7 @@ def apply_unit(conn: psycopg.Connection, unit: RowOutcome | AvailableGroup, job_
     if isinstance(unit, AvailableGroup):
         rows = [(o.row, None if isinstance(o.decision, Terminal)
                  else attrs.asdict(o.decision)) for o in unit.outcomes]
-        return [Effect("available", applied=a)
+        return [Effect(EffectKind.AVAILABLE, applied=a)
                 for a in publish_available(conn, rows, job_run_id)]
     return apply_outcome(conn, unit, job_run_id, max_attempts)
 
@@ -132,7 +148,7 @@ def plan_units(group: list[RowOutcome]) -> list[RowOutcome | AvailableGroup]:
     return ([AvailableGroup(available)] if len(available) > 1 else available) + others
 
 
-async def serve_finalize_committer(
+async def run_finalize_committer(
     db: Database, cfg: RecordingFinalizeConfig, job_run_id: str, counts: FinalizeCounts,
     inbox: trio.MemoryReceiveChannel[RowOutcome], wake_relay: Callable[[], None],
 ) -> None:
@@ -179,21 +195,21 @@ async def serve_finalize_committer(
         for outcome, reason in malformed:
             log.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
             if await db.atomic(quarantine, outcome.row, reason):
-                _account(counts, outcome, Effect("quarantined", status="Quarantined",
-                                                 reason=reason))
+                _account(counts, outcome, Effect(
+                    EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason))
 
 
 def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> None:
     """Counts, metrics, the seed's log event and a span for one committed row."""
     row = outcome.row
     with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
-              attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind,
+              attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind.value,
               decision=type(outcome.decision).__name__):
         applied = effect.applied
         if applied is not None and applied.skipped_locked:
             counts.skipped_locked += 1
             log.info("recording_skipped_locked", recording_id=row.recording_id)
-        elif effect.kind == "available" and applied is not None:
+        elif effect.kind is EffectKind.AVAILABLE and applied is not None:
             if applied.transitioned:
                 counts.reconciled += 1
                 RF_RECONCILED.inc()
@@ -207,7 +223,7 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
                 log.info("recording_republished", recording_id=row.recording_id)
             elif applied.closed:
                 log.info("recording_already_terminal", recording_id=row.recording_id)
-        elif effect.kind == "failed" and applied is not None:
+        elif effect.kind is EffectKind.FAILED and applied is not None:
             if applied.transitioned:
                 counts.failed += 1
                 RF_FAILED.inc()
@@ -215,23 +231,23 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
                             failure_reason="Timeout", attempts=row.attempts)
             elif applied.closed:
                 log.info("recording_already_terminal", recording_id=row.recording_id)
-        elif effect.kind == "transient":
+        elif effect.kind is EffectKind.TRANSIENT:
             RF_TRANSIENT.inc()
-            if effect.status == "Quarantined":
+            if effect.status is AttemptStatus.QUARANTINED:
                 _quarantined(counts, row.recording_id, row.attempts, effect.reason)
-            elif effect.status == "Pending":
+            elif effect.status is AttemptStatus.PENDING:
                 counts.transient += 1
                 log.info("recording_retry_scheduled", recording_id=row.recording_id,
                          attempts=row.attempts, error=effect.reason)
-        elif effect.kind == "quarantined":
-            if effect.status == "Quarantined":
+        elif effect.kind is EffectKind.QUARANTINED:
+            if effect.status is AttemptStatus.QUARANTINED:
                 _quarantined(counts, row.recording_id, row.attempts, effect.reason)
-        elif effect.kind == "deferred":
+        elif effect.kind is EffectKind.DEFERRED:
             counts.deferred += 1
-        elif effect.kind == "withheld":
+        elif effect.kind is EffectKind.WITHHELD:
             counts.withheld += 1
             RF_VERDICTS_WITHHELD.inc()
-        elif effect.kind == "unclaimed":
+        elif effect.kind is EffectKind.UNCLAIMED:
             counts.config_fault += 1
         else:  # pragma: no cover - every kind is handled above
             raise AssertionError(effect.kind)

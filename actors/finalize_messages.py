@@ -7,11 +7,30 @@ claimer --RowOutcome (terminal, poison: no S3 needed)-----> committer
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from typing import TypeAlias
 
 import attrs
 
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
+
+
+class ClaimPhase(enum.StrEnum):
+    """What the claim statement decided for a due row (``phase`` in its result; the same
+    decision is made in ``plan_finalize_attempts``)."""
+
+    RECONCILE = "reconcile"  # session ended past the SLA: HEAD the object
+    TERMINAL = "terminal"  # recording Available/Failed already: republish if needed, close
+    POISON = "poison"  # no verdict possible (recording or session missing ...): quarantine
+    WAIT = "wait"  # session live or inside the SLA: rescheduled, not an attempt, never sent
+
+
+class AttemptStatus(enum.StrEnum):
+    """``messenger.recording_finalize_attempts.status`` (SPEC §2)."""
+
+    PENDING = "Pending"
+    DONE = "Done"
+    QUARANTINED = "Quarantined"
 
 
 @attrs.frozen
@@ -23,7 +42,7 @@ class ClaimedRow:
     session_kind: str
     session_id: str
     attempts: int
-    phase: str  # reconcile | terminal | poison (| wait: rescheduled, never sent)
+    phase: ClaimPhase = attrs.field(converter=ClaimPhase)
     recording_status: str | None
     old_attempts: int
     old_next_attempt_at: dt.datetime

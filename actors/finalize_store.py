@@ -15,7 +15,7 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.finalize_messages import ClaimedRow
+from actors.finalize_messages import AttemptStatus, ClaimedRow, ClaimPhase
 from supervision.config import RecordingFinalizeConfig
 from supervision.queries import QUERIES
 
@@ -66,13 +66,13 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
         skipped = int(rec["skipped_locked"])
         if rec["id"] is None:
             continue
-        if rec["phase"] == "wait":
+        if rec["phase"] == ClaimPhase.WAIT:
             rescheduled += 1
             continue
         rows.append(ClaimedRow(
             attempt_id=str(rec["id"]), recording_id=str(rec["recording_id"]),
             session_kind=rec["session_kind"], session_id=str(rec["session_id"]),
-            attempts=rec["attempts"], phase=rec["phase"],
+            attempts=rec["attempts"], phase=ClaimPhase(rec["phase"]),
             recording_status=rec["recording_status"], old_attempts=rec["old_attempts"],
             old_next_attempt_at=rec["old_next_attempt_at"],
             tenant_id=None if rec["tenant_id"] is None else str(rec["tenant_id"]),
@@ -128,12 +128,12 @@ def fail_timeout(conn: psycopg.Connection, row: ClaimedRow) -> Applied:
 
 
 def record_transient(conn: psycopg.Connection, row: ClaimedRow, error: str,
-                     max_attempts: int) -> str | None:
+                     max_attempts: int) -> AttemptStatus | None:
     """Keep the row Pending with its back-off, or quarantine it at max_attempts."""
     rec = conn.execute(QUERIES["finalize_attempts_record_transient"], {
         "id": row.attempt_id, "last_error": error[:512], "max_attempts": max_attempts,
     }).fetchone()
-    return None if rec is None else str(rec[0])
+    return None if rec is None else AttemptStatus(rec[0])
 
 
 def quarantine(conn: psycopg.Connection, row: ClaimedRow, reason: str) -> bool:

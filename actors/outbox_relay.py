@@ -38,6 +38,7 @@ import structlog
 import trio
 from psycopg.rows import dict_row
 
+from actors.cycle_frame import cycle_frame
 from actors.kafka_producer import Delivery, KafkaProducer, SendResult
 from actors.lock_keeper import (
     CycleContext,
@@ -59,7 +60,6 @@ from supervision.metrics import (
     OUTBOX_PUBLISHED,
 )
 from supervision.queries import QUERIES
-from supervision.tracing import span
 
 log = structlog.get_logger("outbox_relay")
 
@@ -118,9 +118,14 @@ def dead_letter(conn: psycopg.Connection, outbox_id: int, reason: str) -> bool:
 
 async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
     """Publish until nothing publishable is left (or the run's time bound)."""
-    with span("outbox-relay.cycle", job_run_id=ctx.job_run_id) as cycle_span:
-        counts = await _drain(job)
-        cycle_span.set_attributes(counts.as_json())
+    counts = RelayCounts()
+    # the relay runs at every wake-up: only cycles that sent something are logged
+    async with cycle_frame("outbox-relay", ctx.job_run_id, counts, log,
+                           log_if=lambda: bool(counts.published or counts.failed)):
+        try:
+            await _drain(job, counts)
+        finally:
+            _report_health(job.state)
     if trio.current_time() >= job.state.retention_due_at:
         job.state.retention_due_at = trio.current_time() + job.retention_every
         await apply_retention(job)
@@ -170,37 +175,29 @@ async def apply_retention(job: RelayJob, max_batches: int = 20) -> int:
     return deleted
 
 
-async def _drain(job: RelayJob) -> RelayCounts:
+async def _drain(job: RelayJob, counts: RelayCounts) -> None:
     started = trio.current_time()
-    counts = RelayCounts()
     state = job.state
-    try:
-        if trio.current_time() < state.kafka_retry_at:
-            return counts
-        if not job.producer.started:
-            try:
-                await job.producer.start()
-            except Exception as exc:  # broker unreachable: back off, never crash-loop
-                _kafka_down(state, type(exc).__name__)
-                return counts
-        while trio.current_time() - started < job.max_run_duration:
-            now = trio.current_time()
-            claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
-                                          state.held_topics(now))
-            state.forget_settled({row.id for row in claimed},
-                                 {row.topic for row in claimed}, now)
-            rows = await _dead_letter_malformed(job, claimed, counts)
-            plan = waves(rows, now, state.rows.due_at)
-            if not any(plan):
-                break
-            if not await _publish(job, plan, counts):
-                break
-        return counts
-    finally:
-        counts.duration_ms = int((trio.current_time() - started) * 1000)
-        _report_health(state)
-        if counts.published or counts.failed:
-            log.info("relay_cycle_completed", **counts.as_json())
+    if trio.current_time() < state.kafka_retry_at:
+        return
+    if not job.producer.started:
+        try:
+            await job.producer.start()
+        except Exception as exc:  # broker unreachable: back off, never crash-loop
+            _kafka_down(state, type(exc).__name__)
+            return
+    while trio.current_time() - started < job.max_run_duration:
+        now = trio.current_time()
+        claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
+                                      state.held_topics(now))
+        state.forget_settled({row.id for row in claimed},
+                             {row.topic for row in claimed}, now)
+        rows = await _dead_letter_malformed(job, claimed, counts)
+        plan = waves(rows, now, state.rows.due_at)
+        if not any(plan):
+            break
+        if not await _publish(job, plan, counts):
+            break
 
 
 def _report_health(state: RelayState) -> None:

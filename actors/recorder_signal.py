@@ -2,7 +2,7 @@
 
 >>> async with open_media_client(cfg.media) as http:
 ...     sender = RecorderSignal(cfg.media, http)
-...     nursery.start_soon(serve_recorder_signal, sender, stops_recv)
+...     nursery.start_soon(run_recorder_signal, sender, stops_recv)
 
 Inputs: :class:`StopRecording` messages (receive channel), sent by the conference reaper
 after the batch that closed the room has committed. Outputs: one
@@ -87,7 +87,7 @@ class RecorderSignal:
         return StopOutcome(request, 200 <= code < 300 or code in DONE_STATUSES, str(code))
 
 
-async def serve_recorder_signal(
+async def run_recorder_signal(
     sender: RecorderSignal, inbox: trio.MemoryReceiveChannel[StopRecording], *,
     concurrency: int = 8, drain: float | None = None,
 ) -> None:

@@ -20,7 +20,6 @@ stops and later Missing rows are given back untouched (``withheld``, alert).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from functools import partial
 
@@ -28,16 +27,17 @@ import attrs
 import structlog
 import trio
 
+from actors.cycle_frame import RunStatus, cycle_frame
 from actors.finalize_canary import check_known_present
-from actors.finalize_claimer import serve_finalize_claimer
-from actors.finalize_committer import serve_finalize_committer
+from actors.finalize_claimer import run_finalize_claimer
+from actors.finalize_committer import run_finalize_committer
 from actors.finalize_messages import ClaimedRow, RowOutcome
 from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
 from actors.finalize_store import db_now
 from actors.gauge_refresher import refresh_finalize
 from actors.lock_keeper import CycleContext
 from actors.s3.objectstore import Fault, Found, ObjectStore, Transient
-from actors.s3_reconciler import pool_size, serve_s3_reconciler
+from actors.s3_reconciler import pool_size, run_s3_reconciler
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.health import HEALTH
@@ -46,7 +46,6 @@ from supervision.metrics import (
     RF_RUNS,
     S3_BREAKER_OPEN,
 )
-from supervision.tracing import span
 from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("recording_finalize")
@@ -66,17 +65,10 @@ class FinalizeJob:
 
 async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
     """Drain what is due now; return the cycle's counts."""
-    with span("recording-finalize.cycle", job_run_id=ctx.job_run_id) as cycle_span:
-        counts = await _cycle(job, ctx)
-        cycle_span.set_attributes({k: v for k, v in counts.as_json().items() if v})
-        return counts
-
-
-async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
-    started = trio.current_time()
     counts = FinalizeCounts()
-    status = "error"
-    try:
+    async with cycle_frame(JOB, ctx.job_run_id, counts, log, RF_RUNS, RF_CYCLE_DURATION,
+                           after=partial(refresh_gauges, job.db)) as frame:
+        deadline = trio.current_time() + job.cfg.max_run_duration
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
         probe = await job.store.probe()
@@ -87,7 +79,7 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
         if isinstance(probe, Fault):
             HEALTH.set_fault("s3", probe.error)
             log.error("config_fault", component="s3", error=probe.error)
-            status = "config_fault"
+            frame.status = RunStatus.CONFIG_FAULT
             return counts
         HEALTH.clear_fault("s3")
         s3_down = isinstance(probe, Transient)
@@ -98,18 +90,17 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
         rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](job.cfg.batch_size)
         outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](
             job.cfg.batch_size)
-        deadline = started + job.cfg.max_run_duration
         # the originals close right after the spawns: only the workers' clones stay open
         async with trio.open_nursery() as nursery, rows_recv, outcomes_recv:
             for _ in range(job.committers):
                 nursery.start_soon(partial(
-                    serve_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
+                    run_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
                     outcomes_recv.clone(), job.wake_relay))
             for _ in range(pool_size(job.concurrency)):
-                nursery.start_soon(serve_s3_reconciler, job.store, breaker, budget,
+                nursery.start_soon(run_s3_reconciler, job.store, breaker, budget,
                                    rows_recv.clone(), outcomes_send.clone())
             nursery.start_soon(partial(
-                serve_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, budget,
+                run_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, budget,
                 counts, s3_down, rows_send, outcomes_send))
         if breaker.fault is not None:
             HEALTH.set_fault("s3", breaker.fault)
@@ -119,19 +110,9 @@ async def _cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
         if budget.withheld:
             log.error("missing_verdicts_withheld", failed=budget.missing,
                       withheld=budget.withheld, limit=budget.limit)
-        status = "ok"
-        return counts
-    finally:
-        elapsed = trio.current_time() - started
-        counts.duration_ms = int(elapsed * 1000)
-        RF_RUNS.labels(status=status).inc()
-        RF_CYCLE_DURATION.observe(elapsed)
-        log.info("cycle_completed", status=status, **counts.as_json())
-        with trio.move_on_after(2, shield=True):
-            await refresh_gauges(job.db)
+    return counts
 
 
 async def refresh_gauges(db: Database) -> None:
     """Backlog and oldest age right after a cycle (the refresher keeps them current)."""
-    with contextlib.suppress(Exception):  # a gauge refresh must never fail a cycle
-        await db.run(refresh_finalize)
+    await db.run(refresh_finalize)

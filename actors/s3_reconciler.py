@@ -44,7 +44,7 @@ def pool_size(concurrency: int) -> int:
     return REQUESTS_PER_CONNECTION * concurrency
 
 
-async def serve_s3_reconciler(
+async def run_s3_reconciler(
     store: ObjectStore, breaker: Breaker, budget: VerdictBudget,
     inbox: trio.MemoryReceiveChannel[ClaimedRow],
     outbox: trio.MemorySendChannel[RowOutcome],

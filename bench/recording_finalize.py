@@ -463,7 +463,7 @@ def db_round(cfg: Config, server: PostgresServer, servers: dict[str, int | None]
 
 
 INCLUSIVE = (
-    "serve_finalize_claimer", "serve_s3_reconciler", "serve_finalize_committer",
+    "run_finalize_claimer", "run_s3_reconciler", "run_finalize_committer",
     "head_recording", "AWS4Auth.auth_flow", "_commit", "work", "claim_due",
     "publish_available", "fail_timeout", "check_connection", "ConnectionPool.getconn",
     "ConnectionPool.putconn", "Transaction.__enter__", "Transaction.__exit__",

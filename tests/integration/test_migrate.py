@@ -230,7 +230,8 @@ def test_migrate_command_applies_then_reports_up_to_date(empty_db_dsn: str) -> N
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == ["applied 0001_messenger_schema",
                                          "applied 0002_outbox_relay",
-                                         "applied 0003_conference_poison"]
+                                         "applied 0003_conference_poison",
+                                         "applied 0004_finalize_classify"]
     assert (second.returncode, second.stdout.strip()) == (0, "schema is up to date")
 
 

@@ -116,3 +116,14 @@ def test_plan_shows_poison_conferences_held_back(db_dsn: str, tmp_path: Path) ->
     assert items[poison.id]["decision"] == "held back (poison)"
     assert items[poison.id]["why"].startswith("started_after_as_of; retried after ")
     assert items[healthy.id]["decision"] == "Ended/EmptyTimeout + conference-ended event"
+
+
+def test_plan_and_claim_share_one_phase_definition() -> None:
+    """The claim and its dry run both call safetynet.finalize_classify and neither spells
+    the phase rules itself, so `safetynet plan` cannot drift from the daemon."""
+    from supervision.queries import QUERIES
+
+    for name in ("finalize_attempts_claim_due", "plan_finalize_attempts"):
+        sql = QUERIES[name]
+        assert "safetynet.finalize_classify(" in sql, name
+        assert "THEN 'reconcile'" not in sql and "'session_missing'" not in sql, name

@@ -1,45 +1,14 @@
 -- name: plan_finalize_attempts --
 -- Dry run of finalize_attempts_claim_due: the same selection and phase decision, without
 -- locks or writes (rows another runner holds right now are listed too).
-SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at, r.status AS recording_status,
-       s.ended_at AS session_ended_at,
-       CASE
-           WHEN r.id IS NULL THEN 'poison'
-           WHEN r.status IN ('Available', 'Failed') THEN 'terminal'
-           WHEN s.problem IS NOT NULL THEN 'poison'
-           WHEN s.ended_at IS NULL
-                OR s.ended_at > now() - %(sla)s * interval '1 second' THEN 'wait'
-           ELSE 'reconcile'
-       END AS phase,
-       CASE
-           WHEN r.id IS NULL THEN 'recording_missing'
-           WHEN r.status NOT IN ('Available', 'Failed') THEN s.problem
-       END AS poison_reason,
+SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at, c.recording_status,
+       c.session_ended_at, c.phase, c.poison_reason,
        EXISTS (SELECT 1 FROM messenger.integration_outbox o
                WHERE o.topic = %(topic)s AND o.dedupe_key = a.recording_id::text)
            AS has_event
 FROM messenger.recording_finalize_attempts a
-LEFT JOIN messenger.call_recordings r ON r.id = a.recording_id
-LEFT JOIN LATERAL (
-    SELECT e.ended_at,
-           CASE
-               WHEN r.session_kind NOT IN ('Direct', 'Conference')
-                   THEN 'session_kind_unknown:' || left(r.session_kind, 32)
-               WHEN e.status IS NULL THEN 'session_missing'
-               WHEN e.ended_at > now() + (%(sla)s + %(recheck)s) * interval '1 second'
-                   THEN 'session_ended_in_future:'
-                        || to_char(e.ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-           END AS problem
-    FROM (SELECT max(x.status) AS status,
-                 max(COALESCE(x.ended_at, CASE WHEN x.status IN ('Ended', 'Failed')
-                                               THEN x.updated_at END)) AS ended_at
-          FROM (SELECT cs.status, cs.ended_at, cs.updated_at FROM messenger.call_sessions cs
-                WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
-                UNION ALL
-                SELECT cf.status, cf.ended_at, cf.updated_at
-                FROM messenger.conference_sessions cf
-                WHERE r.session_kind = 'Conference' AND cf.id = r.session_id) x) e
-) s ON r.id IS NOT NULL
+-- the claim's own decision (safetynet.finalize_classify), at the database's now()
+CROSS JOIN LATERAL safetynet.finalize_classify(a.recording_id, now(), %(sla)s, %(recheck)s) c
 WHERE a.status = 'Pending' AND a.next_attempt_at <= now()
 ORDER BY a.next_attempt_at, a.id
 LIMIT %(limit)s;

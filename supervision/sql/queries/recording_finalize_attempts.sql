@@ -39,48 +39,13 @@ due AS (
     FOR UPDATE OF a SKIP LOCKED
 ),
 classified AS (
+    -- the phase decision is safetynet.finalize_classify (migration 0004), shared with plan
     SELECT d.id, d.attempts AS old_attempts, d.next_attempt_at AS old_next_attempt_at,
-           r.id AS found_recording_id, r.status AS recording_status, r.tenant_id,
-           s.ended_at AS session_ended_at,
-           CASE
-               WHEN r.id IS NULL THEN 'poison'
-               WHEN r.status IN ('Available', 'Failed') THEN 'terminal'
-               WHEN s.problem IS NOT NULL THEN 'poison'
-               WHEN s.ended_at IS NULL
-                    OR s.ended_at > %(as_of)s - %(sla)s * interval '1 second' THEN 'wait'
-               ELSE 'reconcile'
-           END AS phase,
-           CASE
-               WHEN r.id IS NULL THEN 'recording_missing'
-               WHEN r.status NOT IN ('Available', 'Failed') THEN s.problem
-           END AS poison_reason
+           c.found_recording_id, c.recording_status, c.tenant_id, c.session_ended_at,
+           c.phase, c.poison_reason
     FROM due d
-    LEFT JOIN messenger.call_recordings r ON r.id = d.recording_id
-    -- the session's end: ended_at, or (a session Ended/Failed without one, e.g. a failed
-    -- call) the time it got that status; a row with no session, an unknown kind or an
-    -- end beyond AsOf + SLA + interval has no end to wait for: it is a problem (poison)
-    LEFT JOIN LATERAL (
-        SELECT e.ended_at,
-               CASE
-                   WHEN r.session_kind NOT IN ('Direct', 'Conference')
-                       THEN 'session_kind_unknown:' || left(r.session_kind, 32)
-                   WHEN e.status IS NULL THEN 'session_missing'
-                   WHEN e.ended_at > %(as_of)s + (%(sla)s + %(recheck)s) * interval '1 second'
-                       THEN 'session_ended_in_future:'
-                            || to_char(e.ended_at AT TIME ZONE 'UTC',
-                                       'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-               END AS problem
-        FROM (SELECT max(x.status) AS status,
-                     max(COALESCE(x.ended_at, CASE WHEN x.status IN ('Ended', 'Failed')
-                                                   THEN x.updated_at END)) AS ended_at
-              FROM (SELECT cs.status, cs.ended_at, cs.updated_at
-                    FROM messenger.call_sessions cs
-                    WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
-                    UNION ALL
-                    SELECT cf.status, cf.ended_at, cf.updated_at
-                    FROM messenger.conference_sessions cf
-                    WHERE r.session_kind = 'Conference' AND cf.id = r.session_id) x) e
-    ) s ON r.id IS NOT NULL
+    CROSS JOIN LATERAL safetynet.finalize_classify(
+        d.recording_id, %(as_of)s, %(sla)s, %(recheck)s) c
 ),
 claimed AS (
     UPDATE messenger.recording_finalize_attempts a

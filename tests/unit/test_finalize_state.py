@@ -1,0 +1,41 @@
+"""The per-cycle state of recording-finalize: the outage breaker and the verdict budget."""
+
+from __future__ import annotations
+
+from actors.finalize_state import Breaker, VerdictBudget
+
+
+def test_breaker_opens_after_threshold_consecutive_transient_outcomes() -> None:
+    """Four transient HEADs in a row keep it closed; the fifth opens it."""
+    breaker = Breaker(threshold=5)
+    for _ in range(4):
+        breaker.record(transient=True)
+    assert not breaker.open
+    breaker.record(transient=True)
+    assert breaker.open and breaker.fault is None
+
+
+def test_a_successful_head_resets_the_transient_streak() -> None:
+    """Transient outcomes separated by successes never open the breaker."""
+    breaker = Breaker(threshold=3)
+    for _ in range(10):
+        breaker.record(transient=True)
+        breaker.record(transient=True)
+        breaker.record(transient=False)
+    assert not breaker.open and breaker.consecutive_transient == 0
+
+
+def test_a_fault_opens_the_breaker_and_names_itself() -> None:
+    """A configuration fault opens it at once and is remembered for readiness."""
+    breaker = Breaker(threshold=5)
+    breaker.trip("bucket_missing")
+    assert breaker.open and breaker.fault == "bucket_missing"
+
+
+def test_verdict_budget_allows_limit_missing_verdicts_then_withholds_the_rest() -> None:
+    """The first `limit` Missing verdicts are allowed; every later one is withheld and
+    counted, and the budget reports itself spent (the claimer stops)."""
+    budget = VerdictBudget(limit=3)
+    taken = [budget.take() for _ in range(5)]
+    assert taken == [True, True, True, False, False]
+    assert (budget.missing, budget.withheld, budget.spent) == (3, 2, True)
