@@ -29,6 +29,7 @@ from supervision.dev.stack import S3Server, free_ports
 from supervision.queries import QUERIES
 from tests.faults import FaultProxy
 from tests.logscan import KNOWN_SECRETS, leaks
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "call-recordings/"
@@ -140,6 +141,15 @@ class Daemon:
 
     def names(self) -> list[str]:
         return [str(e.get("event")) for e in self.events()]
+
+    def wait_for(self, event: str, count: int = 1, job: str | None = None,
+                 limit_s: float = 30.0) -> None:
+        """Return once the daemon logged *event* (of *job*, if given) *count* times: the
+        signal a scenario waits for instead of a fixed sleep."""
+        def seen() -> bool:
+            return sum(1 for e in self.events() if e.get("event") == event
+                       and (job is None or e.get("job") == job)) >= count
+        wait_until(seen, limit_s, f"{self.name}: {count} x {event}")
 
     def leaks(self) -> list[str]:
         return leaks(self.log.read_text(errors="replace"), KNOWN_SECRETS)

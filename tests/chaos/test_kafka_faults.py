@@ -35,7 +35,7 @@ def test_kafka_down_then_blackholed_loses_nothing(
     cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
                         kafka=kafka.bootstrap)
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
-    time.sleep(1.5)
+    daemon.wait_for("cycle_completed", job="outbox-relay")  # the relay is publishing
     kafka.proxy.set(down=True)
     time.sleep(6.0)
     waiting_when_down = int(scalar(run.dsn, UNPUBLISHED))

@@ -88,7 +88,7 @@ def test_backends_terminated_mid_transaction(
                         kafka=kafka_server.bootstrap_servers,
                         finalize={"batch_size": 50}, reaper={"batch_size": 20})
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
-    time.sleep(1.0)
+    daemon.wait_for("batch_claimed", job="recording-finalize")
     end = time.monotonic() + 10
     killed = idle_kills = 0
     while time.monotonic() < end:

@@ -51,7 +51,7 @@ def test_s3_503_and_500_bursts(run: Run, daemons: Daemons, s3_server: S3Server, 
     cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
                         kafka=kafka_server.bootstrap_servers,
                         finalize={"backoff_base": "1s", "backoff_cap": "3s", "batch_size": 50})
-    daemons.add(Daemon(tmp_path, "d1", cfg)).start()
+    daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     bursts = [("503 SlowDown", HttpRule(s3_object("HEAD"), status=503, headers=SLOW_DOWN)),
               ("500", HttpRule(s3_object("HEAD"), status=500)),
               ("503 on the bucket probe too",
@@ -61,7 +61,7 @@ def test_s3_503_and_500_bursts(run: Run, daemons: Daemons, s3_server: S3Server, 
                HttpRule(every_other_object_head(), status=503, headers=SLOW_DOWN)),
               ("500 on every other object HEAD",
                HttpRule(every_other_object_head(), status=500))]
-    time.sleep(1.0)
+    daemon.wait_for("batch_claimed", job="recording-finalize")
     for what, rule in bursts:
         s3_fault.rules(rule)
         time.sleep(1.5)
@@ -92,8 +92,8 @@ def test_s3_hang_beyond_client_timeout(run: Run, daemons: Daemons, s3_server: S3
     cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
                         reaper=False, s3_timeout="1s",
                         finalize={"backoff_base": "1s", "backoff_cap": "3s", "batch_size": 50})
-    daemons.add(Daemon(tmp_path, "d1", cfg)).start()
-    time.sleep(1.0)
+    daemons.add(Daemon(tmp_path, "d1", cfg)).start().wait_for("batch_claimed",
+                                                              job="recording-finalize")
     s3_fault.rules(HttpRule(s3_object("HEAD"), blackhole=True))
     time.sleep(3.0)
     run.fault("S3 object HEADs blackholed for 3 s (client timeout 1 s)", _hits(s3_fault))
@@ -132,8 +132,8 @@ def test_s3_403_and_missing_bucket_mutate_nothing(
                         reaper=False)
     denied = daemons.add(Daemon(tmp_path, "denied", cfg)).start()
     ready = _wait_readyz(denied, 503, limit_s=20)
-    time.sleep(4.0)  # several cycles at polling_interval 1s
-    run.fault("S3 403 AccessDenied on every request for 4 s+", _hits(s3_fault))
+    denied.wait_for("config_fault", count=4)  # several cycles, each refusing to claim
+    run.fault("S3 403 AccessDenied on every request for 4 cycles", _hits(s3_fault))
     after_403 = state_digest(run.dsn)
 
     missing_cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server,
@@ -141,8 +141,9 @@ def test_s3_403_and_missing_bucket_mutate_nothing(
     denied.terminate()
     missing = daemons.add(Daemon(tmp_path, "missing", missing_cfg)).start()
     missing_ready = _wait_readyz(missing, 503, limit_s=20)
-    time.sleep(4.0)
-    run.fault("bucket missing (daemon configured with a bucket that does not exist), 4 s+")
+    missing.wait_for("config_fault", count=4)
+    run.fault("bucket missing (daemon configured with a bucket that does not exist),"
+              " 4 cycles")
     after_missing = state_digest(run.dsn)
     missing.terminate()
     faults = [e.get("event") for d in (denied, missing) for e in d.events()
@@ -209,8 +210,8 @@ def test_seaweedfs_stopped_and_restarted_mid_drain(
     cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
                         kafka=kafka_server.bootstrap_servers,
                         finalize={"backoff_base": "1s", "backoff_cap": "3s", "batch_size": 50})
-    daemons.add(Daemon(tmp_path, "d1", cfg)).start()
-    time.sleep(2.0)
+    daemons.add(Daemon(tmp_path, "d1", cfg)).start().wait_for(
+        "recording_reconciled", count=50)  # mid-drain
     s3_server.stop()
     try:
         time.sleep(4.0)
