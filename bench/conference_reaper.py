@@ -24,7 +24,7 @@ It starts its own PostgreSQL (``supervision.dev.stack.PostgresServer`` in a temp
 loopback TCP, fsync and synchronous_commit off) and the media stand-in
 (``tests/media_stub.py``) as a separate process, and always stops both. Run:
 
-    cd /work/main && .venv/bin/python bench/conference_reaper.py [--batch-size 100] [--rounds 7]
+    .venv/bin/python bench/conference_reaper.py [--batch-size 100] [--rounds 7]
 """
 
 from __future__ import annotations

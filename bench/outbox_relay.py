@@ -37,7 +37,7 @@ py-spy``).
 It starts its own PostgreSQL and Tansu (``supervision.dev.stack``, in a temp dir) and
 always stops them. Run:
 
-    cd /work/main && .venv/bin/python bench/outbox_relay.py [--rows 20000] [--rounds 3]
+    .venv/bin/python bench/outbox_relay.py [--rows 20000] [--rounds 3]
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ It starts its own PostgreSQL (supervision.dev.stack.PostgresServer: loopback TCP
 synchronous_commit off, so commits are cheap and the numbers mostly show round trips and
 bridge overhead) and always stops it.  Run:
 
-    cd /work/main && .venv/bin/python bench/pg_bridge.py [--rows N]
+    .venv/bin/python bench/pg_bridge.py [--rows N]
 """
 
 from __future__ import annotations

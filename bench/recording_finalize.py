@@ -52,7 +52,7 @@ GIL-holding thread of this process: where the Python CPU goes) when py-spy is in
 It starts its own PostgreSQL and SeaweedFS (``supervision.dev.stack``, in a temp dir) and
 always stops them. Run:
 
-    cd /work/main && .venv/bin/python bench/recording_finalize.py [--rows 5000] [--rounds 2]
+    .venv/bin/python bench/recording_finalize.py [--rows 5000] [--rounds 2]
 """
 
 from __future__ import annotations

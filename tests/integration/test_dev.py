@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,11 @@ def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project built as a wheel and installed (without its dependencies, which this
     interpreter has) into a folder of its own: no checkout on the import path."""
     out = tmp_path_factory.mktemp("wheel")
+    source = out / "source"  # a copy: setuptools' build/ folder would keep stale modules
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "-w", str(out / "dist"), str(ROOT)],
+                    "--no-build-isolation", "-w", str(out / "dist"), str(source)],
                    check=True, capture_output=True, cwd=out)
     (wheel,) = (out / "dist").glob("safetynet-*.whl")
     site = out / "site"
