@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install dev test lint types pytest reliability-report clean
+.PHONY: install dev test lint types pytest reliability-report bad-input-report clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test: lint types pytest
 reliability-report: $(STAMP)
 	$(PY) -m pytest -m chaos tests/chaos
 	$(PY) -m tests.chaos.report
+
+# The bad-input suite, then its table published to docs/bad-input.md (same rule: a test
+# run writes under build/ only).
+bad-input-report: $(STAMP)
+	$(PY) -m pytest -m badinput tests/badinput
+	$(PY) -m tests.badinput.report
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

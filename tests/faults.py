@@ -179,8 +179,12 @@ def _local_answer(req: HttpRequest, rule: HttpRule) -> bytes:
     body = b"" if req.method == "HEAD" else (
         f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>"
         "<Message>injected by FaultProxy</Message></Error>").encode()
-    lines = [f"HTTP/1.1 {rule.status} {phrase}", f"Content-Length: {len(body)}",
-             "Content-Type: application/xml", "x-amz-request-id: faultproxy",
+    fields = {"Content-Length": str(len(body)), "Content-Type": "application/xml",
+              "x-amz-request-id": "faultproxy"}
+    given = {name.lower() for name in rule.headers}  # a rule's header replaces a default
+    lines = [f"HTTP/1.1 {rule.status} {phrase}",
+             *(f"{name}: {value}" for name, value in fields.items()
+               if name.lower() not in given),
              *(f"{name}: {value}" for name, value in rule.headers.items())]
     return "\r\n".join(lines).encode("latin-1") + _HEAD_END + body
 

@@ -1,7 +1,7 @@
 """A real HTTP server on loopback standing in for the media stack's recorder API (SPEC §5).
 
 >>> with serve_media_stub() as media:
-...     media.answer(recording_id, 500)        # or media.hang(recording_id)
+...     media.answer(recording_id, 500)        # or media.hang / media.garbage(recording_id)
 ...     ...                                    # POST {media.base_url}/recordings/{id}/stop
 ...     media.requests                         # what it received, in order
 
@@ -54,6 +54,7 @@ class MediaStub:
         self._requests: list[StubRequest] = []
         self._answers: dict[str, int] = {}
         self._hanging: set[str] = set()
+        self._garbage: set[str] = set()
         self.port = 0
         self.stopped = trio.Event()  # set on the stub's own loop when it stops
 
@@ -79,11 +80,16 @@ class MediaStub:
         with self._lock:
             self._hanging.add(recording_id)
 
-    def _record(self, request: StubRequest) -> tuple[int, bool]:
+    def garbage(self, recording_id: str) -> None:
+        """Answer stops of *recording_id* with bytes that are not HTTP, then close."""
+        with self._lock:
+            self._garbage.add(recording_id)
+
+    def _record(self, request: StubRequest) -> tuple[int, bool, bool]:
         with self._lock:
             self._requests.append(request)
             rid = request.recording_id or ""
-            return self._answers.get(rid, 200), rid in self._hanging
+            return self._answers.get(rid, 200), rid in self._hanging, rid in self._garbage
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -117,9 +123,12 @@ class MediaStub:
         request = StubRequest(
             head.method.decode(), head.target.decode(),
             {k.decode().lower(): v.decode() for k, v in head.headers}, body)
-        status, hang = self._record(request)
+        status, hang, garbage = self._record(request)
         if hang:
             await self.stopped.wait()
+            return
+        if garbage:  # the connection is closed after this (h11's state is not DONE)
+            await stream.send_all(b"\x00\x01 SPAM SPAM\r\n\r\n")
             return
         payload = b"{}"
         await stream.send_all(

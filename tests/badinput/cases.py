@@ -1,0 +1,419 @@
+"""The table of bad inputs: what is planted, which job meets it, and the clear reason it
+must give. One row per distinct input; the runners in ``test_bad_input.py`` do the rest.
+
+Reasons are read from where an operator would look (``Read``): the finalize row's
+``last_error``, the dead-letter reason, the readiness reason, a log event's field, the
+cycle's counts, or the exit code and stderr of ``safetynet run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any
+
+import attrs
+import psycopg
+
+from actors.s3.objectstore import CANARY
+from supervision.dev.stack import DevStackError
+from tests.badinput.world import PREFIX, Planted, World
+from tests.faults import HttpRule, s3_object
+from tests.messenger import (
+    insert_attempt,
+    insert_call_session,
+    insert_conference,
+    insert_recording,
+)
+
+
+class Job(Enum):
+    CONFIG = "config"  # `safetynet run` refuses to start; then recording-finalize heals
+    FINALIZE = "recording-finalize"
+    REAPER = "conference-reaper"
+    RELAY = "outbox-relay"
+
+
+class Read(Enum):
+    LAST_ERROR = "last_error"
+    STATUS = "status"
+    DEAD_LETTER = "dead_letter"
+    HEALTH = "health"
+    LOG = "log"          # the expected event's error/reason field
+    COUNTS = "counts"
+    EXIT = "exit"
+
+
+@attrs.frozen
+class Case:
+    id: str
+    area: str
+    input: str
+    did: str
+    job: Job
+    plant: Callable[[World], Any]
+    read: Read
+    reason: str                 # the reason must start with this
+    event: str | None = None    # the log event that must name it
+    untouched: bool = False     # the bad cycle must change no row (a configuration fault)
+
+
+GOOD_HEAD = {"Content-Type": "audio/ogg", "Content-Length": "64",
+             "x-amz-meta-duration-seconds": "42"}
+
+
+# ------------------------------------------------------------------------------ plants
+
+
+def due_recording(world: World, **kwargs: Any) -> str:
+    rid = insert_recording(world.conn, session_id=insert_call_session(world.conn),
+                           **kwargs).id
+    world.exempt.add(rid)
+    return rid
+
+
+def odd_head(headers: Mapping[str, str], status: int = 200) -> Callable[[World], Any]:
+    """The bad recording's binary exists, but HEAD on it answers *status* + *headers*."""
+    async def plant(world: World) -> Planted:
+        rid = due_recording(world)
+        await world.upload(rid)
+        world.proxy.rules.append(HttpRule(s3_object("HEAD", keys={PREFIX + rid}),
+                                          status=status, headers=dict(headers)))
+        return Planted(rid)
+    return plant
+
+
+def odd_object(**upload: Any) -> Callable[[World], Any]:
+    """The recorder stored the bad recording's binary with odd metadata."""
+    async def plant(world: World) -> Planted:
+        rid = due_recording(world)
+        await world.upload(rid, **upload)
+        return Planted(rid)
+    return plant
+
+
+def s3_rule(rule: HttpRule) -> Callable[[World], Any]:
+    """The endpoint misbehaves for some keys until the operator fixes it."""
+    async def plant(world: World) -> Planted:
+        world.proxy.rules.append(rule)
+
+        async def heal() -> None:
+            world.proxy.rules.clear()
+        return Planted(heal=heal)
+    return plant
+
+
+def s3_config(**s3: Any) -> Callable[[World], Any]:
+    async def plant(world: World) -> Planted:
+        return Planted(config={"s3": s3})
+    return plant
+
+
+OTHER_BUCKET = "call-recordings-elsewhere"
+
+
+def wrong_existing_bucket() -> Callable[[World], Any]:
+    async def plant(world: World) -> Planted:
+        with contextlib.suppress(DevStackError):  # there already
+            world.s3.create_bucket(OTHER_BUCKET)
+        return Planted(config={"s3": {"bucket": OTHER_BUCKET}})
+    return plant
+
+
+def row(**kwargs: Any) -> Callable[[World], Any]:
+    """A recording the messenger service left in an odd state (binary uploaded)."""
+    async def plant(world: World) -> Planted:
+        ended = kwargs.pop("ended_ago", 3600)
+        status = kwargs.pop("session_status", None)
+        sid = (str(uuid.uuid4()) if kwargs.pop("no_session", False)
+               else insert_call_session(world.conn, ended_ago=ended, status=status))
+        rid = insert_recording(world.conn, session_id=sid, **kwargs).id
+        world.exempt.add(rid)
+        await world.upload(rid)
+        return Planted(rid)
+    return plant
+
+
+async def failed_call_without_end(world: World) -> Planted:
+    """Failed call, ended_at NULL, status set two hours ago; the binary is there."""
+    sid = insert_call_session(world.conn, ended_ago=None, status="Failed")
+    world.conn.execute("UPDATE messenger.call_sessions SET updated_at = now()"
+                       " - interval '2 hours' WHERE id = %s", (sid,))
+    rid = insert_recording(world.conn, session_id=sid).id
+    await world.upload(rid)
+    return Planted(rid)  # not exempt: it must get its verdict
+
+
+async def recording_row_missing(world: World) -> Planted:
+    rid = str(uuid.uuid4())
+    insert_attempt(world.conn, rid, insert_call_session(world.conn))
+    world.exempt.add(rid)
+    return Planted(rid)
+
+
+async def locked_by_ingest(world: World) -> Planted:
+    """The ingest callback holds the recording row (FOR UPDATE) during the cycle."""
+    rid = insert_recording(world.conn, session_id=insert_call_session(world.conn)).id
+    await world.upload(rid)
+    ingest = psycopg.connect(world.dsn)
+    ingest.execute("SELECT 1 FROM messenger.call_recordings WHERE id = %s FOR UPDATE",
+                   (rid,))
+    watchdog = threading.Timer(60, ingest.rollback)  # a committer that waits fails, not hangs
+    watchdog.start()
+
+    async def heal() -> None:
+        watchdog.cancel()
+        ingest.rollback()
+        ingest.close()
+    return Planted(rid, heal=heal)  # not exempt: the next cycle reconciles it
+
+
+def conference(**kwargs: Any) -> Callable[[World], Any]:
+    async def plant(world: World) -> Planted:
+        room = insert_conference(world.conn, last_activity_ago=125, **kwargs)
+        world.exempt.add(room.id)
+        return Planted(room.id)
+    return plant
+
+
+def media(trouble: str) -> Callable[[World], Any]:
+    """The recorder stop API misbehaves for one running recording of a closed room."""
+    async def plant(world: World) -> Planted:
+        from tests.messenger import insert_conference_recording
+
+        room = insert_conference(world.conn, last_activity_ago=125, participants=1)
+        rid = insert_conference_recording(world.conn, room)
+        if trouble == "hang":
+            world.media.hang(rid)
+        elif trouble == "garbage":
+            world.media.garbage(rid)
+        elif trouble == "unreachable":
+            return Planted(rid, config={"media": {"base_url": "http://127.0.0.1:9"}})
+        else:
+            world.media.answer(rid, int(trouble))
+        return Planted(rid)
+    return plant
+
+
+def outbox(payload: str, headers: str, topic: str | None = None) -> Callable[[World], Any]:
+    """A row another writer put in the outbox, JSON text as given."""
+    async def plant(world: World) -> Planted:
+        oid = world.enqueue(topic or world.topic, "bad", payload, headers, raw=True)
+        world.exempt.add(str(oid))
+        return Planted(str(oid))
+    return plant
+
+
+async def missing_topic(world: World) -> Planted:
+    """Rows for a topic that does not exist, the broker creating none (auto-create off);
+    the operator creates it afterwards."""
+    assert world.kafka is not None
+    kafka = world.kafka
+    kafka.create_topic(world.topic)  # the healthy rows' topic exists
+    topic = f"{world.topic}.missing"
+    ids = [world.enqueue(topic, key, {"N": 1}, None) for key in ("a", "b")]
+
+    async def heal() -> None:
+        kafka.create_topic(topic)
+    assert len(ids) == 2  # not exempt: published once the topic exists
+    return Planted(topic, heal=heal, extra={"no_topic_creation": True})
+
+
+def config_file(text: str, env: Mapping[str, str] | None = None) -> Callable[[World], Any]:
+    """``safetynet run`` started with *text* added to a valid configuration."""
+    async def plant(world: World) -> Planted:
+        return Planted(extra={"toml": text, "env": dict(env or {})})
+    return plant
+
+
+def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World], Any],
+       read: Read, reason: str, event: str | None = None, untouched: bool = False) -> Case:
+    return Case(id, area, bad, did, job, plant, read, reason, event, untouched)
+
+
+FIN, REAP, RELAY, CONF = Job.FINALIZE, Job.REAPER, Job.RELAY, Job.CONFIG
+QUARANTINED = "recording quarantined at once (no verdict, no retry), the rest finalised"
+CONFIG_FAULT = ("configuration fault: nothing claimed, no attempt spent, readiness 503;"
+                " healed by the next cycle once fixed")
+EXIT_78 = "exit 78 before touching anything, one stderr line naming the key"
+DEAD = "row dead-lettered with its reason, the other rows published"
+REFUSED = "config error: "
+
+CASES: list[Case] = [
+    # ---------------------------------------------------------------- configuration
+    _c("config-s3-concurrency-5000", "config", "s3.concurrency = 5000 (select() breaks"
+       " past 1,024 fds)", EXIT_78, CONF, config_file("[s3]\nconcurrency = 5000\n"),
+       Read.EXIT, REFUSED + "s3.concurrency:", untouched=True),
+    _c("config-backoff-factor-1e9", "config", "jobs.recording_finalize.backoff_factor ="
+       " 1e9", EXIT_78, CONF,
+       config_file("[jobs.recording_finalize]\nbackoff_factor = 1e9\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.backoff_factor:", untouched=True),
+    _c("config-max-attempts-env", "config", "SAFETYNET__JOBS__RECORDING_FINALIZE__MAX_ATTEMPTS"
+       "=100000 (environment)", EXIT_78, CONF,
+       config_file("", {"SAFETYNET__JOBS__RECORDING_FINALIZE__MAX_ATTEMPTS": "100000"}),
+       Read.EXIT, REFUSED + "jobs.recording_finalize.max_attempts:", untouched=True),
+    _c("config-batch-size-int64", "config", "outbox_relay.batch_size ="
+       " 9223372036854775807", EXIT_78, CONF,
+       config_file("[outbox_relay]\nbatch_size = 9223372036854775807\n"), Read.EXIT,
+       REFUSED + "outbox_relay.batch_size:", untouched=True),
+    _c("config-dsn-bad-percent", "config", "postgres.dsn URL with an unescaped '%' in the"
+       " password", EXIT_78 + " (the password never quoted)", CONF,
+       config_file('[postgres]\ndsn = "postgresql://app:pa%zzw0rd@127.0.0.1:9/m"\n'),
+       Read.EXIT, REFUSED + "postgres.dsn:", untouched=True),
+    _c("config-duration-words", "config", 'finalize_sla_timeout = "30 minutes"', EXIT_78,
+       CONF, config_file('[jobs.recording_finalize]\nfinalize_sla_timeout = "30 minutes"\n'),
+       Read.EXIT, REFUSED + "jobs.recording_finalize.finalize_sla_timeout:", untouched=True),
+    _c("config-timeout-inf", "config", "s3.timeout = inf", EXIT_78, CONF,
+       config_file("[s3]\ntimeout = inf\n"), Read.EXIT, REFUSED + "s3.timeout:",
+       untouched=True),
+    _c("config-max-failed-negative", "config",
+       "jobs.recording_finalize.max_failed_per_cycle = -1", EXIT_78, CONF,
+       config_file("[jobs.recording_finalize]\nmax_failed_per_cycle = -1\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.max_failed_per_cycle:", untouched=True),
+    _c("config-unknown-key", "config", "jobs.recording_finalize.batchsize (a typo)",
+       EXIT_78 + " and the closest name", CONF,
+       config_file("[jobs.recording_finalize]\nbatchsize = 10\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.batchsize:", untouched=True),
+    _c("config-wrong-type", "config", 'jobs.conference_reaper.batch_size = "many"',
+       EXIT_78, CONF, config_file('[jobs.conference_reaper]\nbatch_size = "many"\n'),
+       Read.EXIT, REFUSED + "jobs.conference_reaper.batch_size:", untouched=True),
+    # ------------------------------------------------------------- S3 configuration
+    _c("s3-wrong-key-prefix", "s3", "s3.key_prefix names the wrong prefix (every HEAD"
+       " 404)", CONFIG_FAULT + " (positive canary: a known recording answers 404)", FIN,
+       s3_config(key_prefix="call-recordngs/"), Read.HEALTH,
+       "configuration fault in s3: known_recording_not_found:", "known_recording_not_found",
+       untouched=True),
+    _c("s3-wrong-existing-bucket", "s3", "s3.bucket names a bucket that exists but holds"
+       " no recording", CONFIG_FAULT + " (positive canary)", FIN, wrong_existing_bucket(),
+       Read.HEALTH, "configuration fault in s3: known_recording_not_found:",
+       "known_recording_not_found", untouched=True),
+    _c("s3-missing-bucket", "s3", "s3.bucket names no bucket at all", CONFIG_FAULT, FIN,
+       s3_config(bucket="no-such-bucket-here"), Read.HEALTH,
+       "configuration fault in s3: bucket_missing", "config_fault", untouched=True),
+    _c("s3-bad-secret-403", "s3", "s3.secret_access_key wrong (403 on every request)",
+       CONFIG_FAULT, FIN, s3_config(secret_access_key="not-the-key"), Read.HEALTH,
+       "configuration fault in s3: access_denied_http_403", "config_fault", untouched=True),
+    _c("s3-404-to-everything", "s3", "the endpoint answers 404 to every object HEAD",
+       CONFIG_FAULT + " (positive canary)", FIN,
+       s3_rule(HttpRule(s3_object("HEAD"), status=404)), Read.HEALTH,
+       "configuration fault in s3: known_recording_not_found:", "known_recording_not_found",
+       untouched=True),
+    _c("s3-200-on-canary-key", "s3", "200 on the must-not-exist canary key (a catch-all"
+       " endpoint)", CONFIG_FAULT, FIN,
+       s3_rule(HttpRule(s3_object("HEAD", keys={PREFIX + CANARY}), status=200)),
+       Read.HEALTH, "configuration fault in s3: canary_key_exists", "config_fault",
+       untouched=True),
+    _c("s3-nosuchbucket-on-object", "s3", "a 404 carrying NoSuchBucket on an object HEAD",
+       CONFIG_FAULT, FIN, s3_rule(HttpRule(s3_object("HEAD"), status=404,
+                                         headers={"x-amz-error-code": "NoSuchBucket"})),
+       Read.HEALTH, "configuration fault in s3: bucket_missing", "config_fault",
+       untouched=True),
+    # --------------------------------------------------------- S3 responses of one row
+    _c("s3-duration-superscript", "s3", "x-amz-meta-duration-seconds: '²' (isdigit() true,"
+       " int() raises)", QUARANTINED, FIN, odd_head({**GOOD_HEAD,
+                                                    "x-amz-meta-duration-seconds": "²"}),
+       Read.LAST_ERROR, "object:duration_invalid:", "recording_quarantined"),
+    _c("s3-duration-4300-digits", "s3", "x-amz-meta-duration-seconds of 4,300 digits"
+       " (past int()'s limit)", QUARANTINED, FIN,
+       odd_head({**GOOD_HEAD, "x-amz-meta-duration-seconds": "9" * 4300}), Read.LAST_ERROR,
+       "object:duration_invalid:99999", "recording_quarantined"),
+    _c("s3-duration-past-int4", "s3", "duration 2147483648 (past the int column)",
+       QUARANTINED, FIN, odd_object(duration="2147483648"), Read.LAST_ERROR,
+       "object:duration_invalid:2147483648", "recording_quarantined"),
+    _c("s3-duration-negative", "s3", "duration '-5'", QUARANTINED, FIN,
+       odd_object(duration="-5"), Read.LAST_ERROR, "object:duration_invalid:-5",
+       "recording_quarantined"),
+    _c("s3-duration-missing", "s3", "object stored without duration metadata",
+       QUARANTINED, FIN, odd_object(duration=None), Read.LAST_ERROR, "object:duration_missing",
+       "recording_quarantined"),
+    _c("s3-content-type-unknown", "s3", "Content-Type video/x-matroska", QUARANTINED, FIN,
+       odd_object(content_type="video/x-matroska"), Read.LAST_ERROR,
+       "object:content_type_unknown:video/x-matroska", "recording_quarantined"),
+    _c("s3-content-type-control-chars", "s3", "Content-Type with control characters",
+       QUARANTINED + " (non-printable characters stored as '?')", FIN,
+       odd_head({**GOOD_HEAD, "Content-Type": "audio/\x01og\x7fg"}), Read.LAST_ERROR,
+       "object:content_type_unknown:audio/", "recording_quarantined"),
+    _c("s3-header-line-200kb", "s3", "a 200 KB header line on the HEAD answer",
+       QUARANTINED + "; the S3 worker lives on", FIN,
+       odd_head({**GOOD_HEAD, "x-amz-meta-pad": "a" * 200_000}), Read.LAST_ERROR,
+       "object:response_unreadable:", "recording_quarantined"),
+    _c("s3-503-on-one-object", "s3", "503 SlowDown on one object, every time",
+       "that row retried with back-off (attempt counted), the rest finalised", FIN,
+       odd_head({"x-amz-error-code": "SlowDown"}, status=503), Read.LAST_ERROR,
+       "s3:http_503_SlowDown", "recording_retry_scheduled"),
+    # ----------------------------------------------------- rows of the messenger service
+    _c("row-session-missing", "messenger", "recording whose call_sessions row is missing",
+       QUARANTINED, FIN, row(no_session=True), Read.LAST_ERROR, "session_missing",
+       "recording_quarantined"),
+    _c("row-session-kind-unknown", "messenger", "session_kind 'Webinar'", QUARANTINED, FIN,
+       row(session_kind="Webinar"), Read.LAST_ERROR, "session_kind_unknown:Webinar",
+       "recording_quarantined"),
+    _c("row-ended-far-future", "messenger", "call ended_at a year in the future",
+       QUARANTINED, FIN, row(ended_ago=-365 * 86400), Read.LAST_ERROR,
+       "session_ended_in_future:", "recording_quarantined"),
+    _c("row-recording-missing", "messenger", "finalize row whose recording row is missing",
+       QUARANTINED, FIN, recording_row_missing, Read.LAST_ERROR, "recording_missing",
+       "recording_quarantined"),
+    _c("row-failed-call-null-ended-at", "messenger", "Failed call with ended_at NULL"
+       " (status set 2 h ago)", "ended at updated_at: a bounded wait, then the verdict"
+       " (binary present: Available)", FIN, failed_call_without_end, Read.STATUS, "Available",
+       "recording_reconciled"),
+    _c("row-locked-by-ingest", "messenger", "recording row locked by the ingest callback",
+       "skipped, not waited on, no attempt spent; reconciled by the next cycle", FIN,
+       locked_by_ingest, Read.COUNTS,
+       '{"failed": 1, "reconciled": 2, "skipped_locked": 1}',
+       "recording_skipped_locked"),
+    _c("row-conference-started-after-asof", "messenger", "conference started_at an hour"
+       " after AsOf", "poison: logged, counted, remembered with back-off; the batch"
+       " commits", REAP, conference(started_ago=-3600), Read.LOG, "started_after_as_of",
+       "item_failed"),
+    _c("row-conference-duration-overflow", "messenger", "conference started_at"
+       " 0001-01-01 (duration overflows)", "the batch falls back to one savepoint per row;"
+       " the poison is logged and left untouched", REAP,
+       conference(started_at=dt.datetime(1, 1, 1, tzinfo=dt.UTC)),
+       Read.LOG, "NumericValueOutOfRange", "item_failed"),
+    # ------------------------------------------------------------------- outbox rows
+    _c("outbox-payload-array", "outbox", "payload is a JSON array", DEAD, RELAY,
+       outbox("[1, 2]", "{}"), Read.DEAD_LETTER,
+       "malformed_row: payload is a JSON array, not an object", "outbox_row_dead_lettered"),
+    _c("outbox-payload-string", "outbox", "payload is a JSON string", DEAD, RELAY,
+       outbox('"just text"', "{}"), Read.DEAD_LETTER,
+       "malformed_row: payload is a JSON string, not an object",
+       "outbox_row_dead_lettered"),
+    _c("outbox-headers-array", "outbox", "headers is a JSON array", DEAD, RELAY,
+       outbox('{"N": 1}', "[1, 2]"), Read.DEAD_LETTER,
+       "malformed_row: headers is a JSON array, not an object", "outbox_row_dead_lettered"),
+    _c("outbox-header-number", "outbox", "header value is a number", DEAD, RELAY,
+       outbox('{"N": 1}', '{"event-id": 5}'), Read.DEAD_LETTER,
+       "malformed_row: header 'event-id' is a JSON number, not a string",
+       "outbox_row_dead_lettered"),
+    _c("outbox-header-null", "outbox", "header value is null", DEAD, RELAY,
+       outbox('{"N": 1}', '{"trace": null}'), Read.DEAD_LETTER,
+       "malformed_row: header 'trace' is a JSON null, not a string",
+       "outbox_row_dead_lettered"),
+    _c("outbox-invalid-topic", "outbox", "topic name 'not a topic!'", DEAD, RELAY,
+       outbox('{"N": 1}', "{}", topic="not a topic!"), Read.DEAD_LETTER,
+       "kafka:InvalidTopicError", "outbox_row_dead_lettered"),
+    # ---------------------------------------------------------------------- Kafka
+    _c("kafka-missing-topic", "kafka", "topic does not exist, auto-create off",
+       "configuration fault for that topic (readiness 503, nothing dead-lettered, no"
+       " attempt); other topics publish; heals once the topic is created", RELAY,
+       missing_topic, Read.HEALTH, "configuration fault in kafka: topic ", "config_fault"),
+    # --------------------------------------------------------------- media responses
+    _c("media-stop-500", "media", "recorder stop API answers 500",
+       "logged and counted; the closed room and its event stay committed", REAP, media("500"),
+       Read.LOG, "500", "recorder_stop_failed"),
+    _c("media-stop-timeout", "media", "recorder stop API never answers",
+       "timeout after media.timeout; logged and counted; the batch stays committed", REAP,
+       media("hang"), Read.LOG, "timeout", "recorder_stop_failed"),
+    _c("media-stop-garbage", "media", "recorder stop API answers bytes that are not HTTP",
+       "logged as a connection error and counted; the batch stays committed", REAP,
+       media("garbage"), Read.LOG, "connection:", "recorder_stop_failed"),
+    _c("media-unreachable", "media", "media.base_url points at a closed port",
+       "every stop logged as a connection error; the batch stays committed", REAP,
+       media("unreachable"), Read.LOG, "connection:", "recorder_stop_failed"),
+]
