@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import trio
 
-from actors.lock_keeper import LockConnection
+from actors.lock_keeper import CycleContext, LockConnection, LockedJob, serve_lock_keeper
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import DatabaseBusy, InfrastructureError
@@ -144,3 +144,37 @@ async def test_the_messenger_dsn_options_win_over_the_configured_bounds(db_dsn: 
         bounds = await db.run(show_bounds)
     assert bounds["lock_timeout"] == "2s" and bounds["statement_timeout"] == "20s"
 
+
+
+async def test_a_cycle_that_hits_lock_timeout_is_tried_again_not_crashed(
+        cfg: Config, db_dsn: str) -> None:
+    """The keeper takes DatabaseBusy as "try later": it backs off and its next cycle writes
+    the row once the messenger let go; the keeper never raises."""
+    outcomes: list[str] = []
+    done = trio.Event()
+    async with open_database(conninfo(cfg.postgres, "safetynet"),
+                             deadline=client_deadline(cfg.postgres)) as db:
+
+        async def cycle(ctx: CycleContext) -> None:
+            try:
+                await db.atomic(bump, 1)
+            except DatabaseBusy:
+                outcomes.append("busy")
+                released.set()
+                raise
+            outcomes.append("written")
+            done.set()
+
+        released = trio.Event()
+        job = LockedJob("bounded-waits", interval=0.1, lock_ttl=30.0, cycle=cycle,
+                        first_delay=0, reconnect_base=0.1)
+        async with trio.open_nursery() as nursery:
+            with row_held_by_messenger(db_dsn, 1):
+                await nursery.start(serve_lock_keeper, job, db_dsn)
+                with trio.fail_after(10):
+                    await released.wait()  # a cycle failed busy; the messenger lets go
+            with trio.fail_after(10):
+                await done.wait()  # the same keeper, still running, wrote it later
+            nursery.cancel_scope.cancel()
+    assert outcomes[0] == "busy" and outcomes[-1] == "written"
+    assert await trio.to_thread.run_sync(n_of, db_dsn, 1) == 1
