@@ -36,6 +36,7 @@ import trio
 
 from supervision.errors import InfrastructureError
 from supervision.metrics import LOCK_HELD
+from supervision.pgconn import connect
 from supervision.queries import QUERIES
 from supervision.ticker import Ticker
 from supervision.wakeup import Wakeup
@@ -103,16 +104,17 @@ class LockConnection:
     """The keeper's own connection (advisory locks are session-level), used only from
     worker threads one call at a time; ``discard`` ends the session and so every lock."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, deadline: float | None = None) -> None:
         self.dsn = dsn
+        self.deadline = deadline  # client-side bound of a round trip (supervision.pgconn)
         self.conn: psycopg.Connection | None = None
         self.failures = 0
 
     async def ensure(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
             self.conn = await trio.to_thread.run_sync(
-                lambda: psycopg.connect(self.dsn, autocommit=True, connect_timeout=5,
-                                        application_name="safetynet-lock"),
+                lambda: connect(self.dsn, self.deadline, connect_timeout=5,
+                                application_name="safetynet-lock"),
                 abandon_on_cancel=True)
         return self.conn
 
@@ -203,10 +205,12 @@ async def _release(job: LockedJob[Any], lock: LockConnection, lost: bool) -> Non
 
 
 async def serve_lock_keeper(
-    job: LockedJob[Any], dsn: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    job: LockedJob[Any], dsn: str, *, deadline: float | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run *job*'s cycles under its advisory lock until cancelled."""
-    lock = LockConnection(dsn)
+    """Run *job*'s cycles under its advisory lock until cancelled; *deadline* bounds each
+    round trip of the lock connection client-side."""
+    lock = LockConnection(dsn, deadline)
     ticker = Ticker(job.interval, job.first_delay)
     LOCK_HELD.labels(job=job.name).set(0)
     task_status.started()

@@ -1,12 +1,14 @@
 """The outbox listener: PostgreSQL ``LISTEN safetynet_outbox`` → wake the relay.
 
 Inputs: a DSN for its own connection. Outputs: :meth:`Wakeup.wake` calls, one per
-notification (they coalesce). Restart type: permanent.
+notification (they coalesce); ``safetynet_outbox_listener_connected`` (1 while LISTEN is
+in place) and ``safetynet_outbox_listener_reconnects_total``. Restart type: permanent.
 
 Any writer's commit to ``messenger.integration_outbox`` notifies (a statement trigger,
 migration 0002), so events written by the messenger service are published in
 milliseconds, not at the next poll. A connection can die silently (a network partition
-sends no FIN): TCP keepalives and a ``SELECT 1`` every ``check_every`` seconds find it,
+sends no FIN; a stopped backend whose kernel still answers TCP): a ping every
+``check_every`` seconds, bounded client-side by *deadline*, and TCP keepalives find it,
 and the listener reconnects with back-off. Meanwhile the relay's ``poll_interval``
 fallback keeps publishing, so a dead LISTEN never stalls anything.
 
@@ -25,16 +27,17 @@ import threading
 import psycopg
 import structlog
 import trio
-from psycopg.conninfo import make_conninfo
 
+from supervision.metrics import LISTENER_CONNECTED, LISTENER_RECONNECTS
+from supervision.pgconn import TCP, connect
 from supervision.queries import QUERIES
 from supervision.wakeup import Wakeup
 
 log = structlog.get_logger("outbox_listener")
 
-KEEPALIVES: dict[str, str | int] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-              "keepalives_count": 2, "tcp_user_timeout": 10_000, "connect_timeout": 5,
-              "application_name": "safetynet-listen"}
+APPLICATION_NAME = "safetynet-listen"  # how operators (and tests) find it in pg_stat_activity
+DEFAULTS: dict[str, str | int] = {**TCP, "connect_timeout": 5,
+                                  "application_name": APPLICATION_NAME}
 
 
 def _listen(conn: psycopg.Connection, wakeup: Wakeup, token: trio.lowlevel.TrioToken,
@@ -48,25 +51,30 @@ def _listen(conn: psycopg.Connection, wakeup: Wakeup, token: trio.lowlevel.TrioT
 
 
 async def serve_outbox_listener(
-    dsn: str, wakeup: Wakeup, *, check_every: float = 5.0,
+    dsn: str, wakeup: Wakeup, *, check_every: float = 5.0, deadline: float | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Listen until cancelled, reconnecting with back-off; never raises on a lost server."""
+    """Listen until cancelled, reconnecting with back-off; never raises on a lost server.
+    *deadline* bounds each round trip client-side (the ping of a half-open connection)."""
     started = False
     failures = 0
+    listened = False  # a LISTEN was in place before: the next one is a reconnect
+    LISTENER_CONNECTED.set(0)
     while True:
         stop = threading.Event()
         conn: psycopg.Connection | None = None
         try:
             conn = live = await trio.to_thread.run_sync(
-                lambda: psycopg.connect(make_conninfo(dsn, **KEEPALIVES), autocommit=True),
-                abandon_on_cancel=True)
+                lambda: connect(dsn, deadline, **DEFAULTS), abandon_on_cancel=True)
             await trio.to_thread.run_sync(live.execute, QUERIES["outbox_listen"])
+            LISTENER_CONNECTED.set(1)
             if not started:
                 started = True
                 task_status.started()
-            if failures:
+            if listened:
+                LISTENER_RECONNECTS.inc()
                 log.info("outbox_listener_reconnected", failures=failures)
+            listened = True
             failures = 0
             wakeup.wake()  # catch up on anything written while we were not listening
             await trio.to_thread.run_sync(
@@ -79,6 +87,7 @@ async def serve_outbox_listener(
                 started = True
                 task_status.started()
         finally:
+            LISTENER_CONNECTED.set(0)
             stop.set()
             if conn is not None:
                 conn.close()

@@ -139,6 +139,29 @@ class PostgresConfig:
         "locks are session-level; a transaction-mode pooler breaks single-runner). Secret.",
         checks=[_dsn],
     )
+    statement_timeout: float = _setting(
+        20.0, "Server-side bound of one statement (libpq `options=-c statement_timeout`); "
+        "the client gives up on a statement unanswered for statement_timeout + min(5s, "
+        "statement_timeout) and closes that connection (a stopped backend never answers). "
+        "Must be below every job's lock_ttl (the defaults fit a lock_ttl of 30s).",
+        duration=True, checks=[_positive], maximum=HOUR,
+    )
+    lock_timeout: float = _setting(
+        5.0, "Longest wait for a row or table lock another session holds; then the "
+        "statement fails fast and its work is tried again in a later cycle. Must not exceed "
+        "statement_timeout.",
+        duration=True, checks=[_positive], maximum=10 * MINUTE,
+    )
+    idle_in_transaction_session_timeout: float = _setting(
+        25.0, "The server ends a session idle inside a transaction this long (a frozen "
+        "daemon releases its row locks). Must be below every job's lock_ttl.",
+        duration=True, checks=[_positive], maximum=HOUR,
+    )
+    connect_timeout: float = _setting(
+        5.0, "Bound of opening one connection (libpq `connect_timeout`, whole seconds, "
+        "rounded up; libpq treats 1 as 2).",
+        duration=True, checks=[_positive], maximum=2 * MINUTE,
+    )
 
 
 @attrs.frozen
@@ -337,6 +360,18 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
                 f"jobs.{name}.lock_ttl: must be greater than max_run_duration "
                 f"({format_duration(job.max_run_duration)}), got {format_duration(job.lock_ttl)}"
             )
+    pg = cfg.postgres
+    for key in ("statement_timeout", "idle_in_transaction_session_timeout"):
+        value = getattr(pg, key)
+        for name in ("recording_finalize", "conference_reaper"):
+            ttl = getattr(cfg.jobs, name).lock_ttl
+            if value >= ttl:
+                yield (f"postgres.{key}: must be below jobs.{name}.lock_ttl "
+                       f"({format_duration(ttl)}), got {format_duration(value)}")
+    if pg.lock_timeout > pg.statement_timeout:
+        yield (f"postgres.lock_timeout: must be <= statement_timeout "
+               f"({format_duration(pg.statement_timeout)}), got "
+               f"{format_duration(pg.lock_timeout)}")
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (

@@ -20,6 +20,7 @@ and the cancel request makes that quick).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 import weakref
@@ -32,7 +33,8 @@ import psycopg
 import psycopg_pool
 import trio
 
-from supervision.errors import InfrastructureError
+from supervision.errors import DatabaseBusy, InfrastructureError
+from supervision.pgconn import bounded_class, with_defaults
 from supervision.shielding import WorkAbandoned, current_guard, must_complete
 
 P = ParamSpec("P")
@@ -88,13 +90,15 @@ class Database:
     """A small pool of synchronous connections driven from Trio worker threads."""
 
     def __init__(self, dsn: str, *, size: int = 4, name: str = "safetynet",
-                 connect_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 5.0, deadline: float | None = None) -> None:
         idle = _IdleCheck(after_s=2.0)
+        # *dsn* wins over these defaults (see supervision.pgconn.conninfo for the daemon's)
+        conninfo = with_defaults(dsn, application_name=name,
+                                 connect_timeout=max(2, math.ceil(connect_timeout)))
         self._pool = psycopg_pool.ConnectionPool(
-            dsn, min_size=1, max_size=size, open=False, name=name, timeout=connect_timeout,
-            check=idle.check, reset=idle.returned,
-            kwargs={"autocommit": True, "application_name": name,
-                    "connect_timeout": max(1, int(connect_timeout))},
+            conninfo, min_size=1, max_size=size, open=False, name=name,
+            timeout=connect_timeout, check=idle.check, reset=idle.returned,
+            connection_class=bounded_class(deadline), kwargs={"autocommit": True},
         )
         self._limiter = trio.CapacityLimiter(size)
 
@@ -153,6 +157,8 @@ class Database:
                         return unit(conn, in_flight)
                     finally:
                         in_flight.conn = None
+            except psycopg.errors.LockNotAvailable as exc:
+                raise DatabaseBusy(f"postgres: {_first_line(exc)}") from exc
             except (psycopg.OperationalError, psycopg.InterfaceError,
                     psycopg_pool.PoolTimeout) as exc:
                 raise InfrastructureError(
@@ -192,9 +198,12 @@ def _first_line(exc: BaseException) -> str:
 
 @asynccontextmanager
 async def open_database(dsn: str, *, size: int = 4, name: str = "safetynet",
-                        connect_timeout: float = 5.0) -> AsyncIterator[Database]:
-    """A :class:`Database` that is closed on every exit path."""
-    db = Database(dsn, size=size, name=name, connect_timeout=connect_timeout)
+                        connect_timeout: float = 5.0, deadline: float | None = None,
+                        ) -> AsyncIterator[Database]:
+    """A :class:`Database` that is closed on every exit path; *deadline* bounds each round
+    trip client-side (:class:`supervision.pgconn.BoundedConnection`)."""
+    db = Database(dsn, size=size, name=name, connect_timeout=connect_timeout,
+                  deadline=deadline)
     await db.open()
     try:
         yield db

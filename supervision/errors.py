@@ -31,6 +31,11 @@ class InfrastructureError(SafetynetError):
     """A server safetynet depends on (PostgreSQL, S3, Kafka) failed or is unreachable."""
 
 
+class DatabaseBusy(InfrastructureError):
+    """A statement waited ``postgres.lock_timeout`` for a row another session holds and
+    gave up; its transaction rolled back and its work is tried again in a later cycle."""
+
+
 class ConfigurationFault(SafetynetError):
     """A dependency is misconfigured (missing bucket, access denied, unknown topic);
     retrying will not help until the configuration is fixed."""

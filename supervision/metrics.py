@@ -74,6 +74,12 @@ OUTBOX_UNPUBLISHED = Gauge(
 OUTBOX_OLDEST_AGE = Gauge(
     "safetynet_outbox_oldest_unpublished_age_seconds",
     "Age of the oldest outbox row waiting to be published.")
+LISTENER_CONNECTED = Gauge(
+    "safetynet_outbox_listener_connected",
+    "1 while the outbox listener's LISTEN is in place (else the relay polls).")
+LISTENER_RECONNECTS = Counter(
+    "safetynet_outbox_listener_reconnects",
+    "Times the outbox listener's LISTEN was back in place after its connection was lost.")
 OUTBOX_BLOCKED_KEYS = Gauge(
     "safetynet_outbox_blocked_keys",
     "Message keys held back behind a dead-lettered row (needs an operator).")

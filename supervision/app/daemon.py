@@ -20,6 +20,7 @@ from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import InfrastructureError
+from supervision.pgconn import client_deadline, conninfo
 from supervision.runtime import serve_root
 from supervision.wakeup import Wakeup
 
@@ -30,7 +31,9 @@ POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
 async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
     """Bridge, PostgreSQL pool, S3 client and Kafka producer, closed on every exit path."""
     async with open_asyncio_bridge(), \
-            open_database(cfg.postgres.dsn.reveal(), size=POOL_SIZE) as db, \
+            open_database(conninfo(cfg.postgres, "safetynet"), size=POOL_SIZE,
+                          connect_timeout=cfg.postgres.connect_timeout,
+                          deadline=client_deadline(cfg.postgres)) as db, \
             open_object_store(cfg.s3) as store, open_media_client(cfg.media) as media_http:
         producer = KafkaProducer(cfg.kafka)
         try:
@@ -51,7 +54,8 @@ async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:
 
     For the outbox relay, cycles repeat until nothing publishable is left."""
     async with open_resources(cfg) as res:
-        lock = LockConnection(cfg.postgres.dsn.reveal())
+        lock = LockConnection(conninfo(cfg.postgres, "safetynet-lock"),
+                              client_deadline(cfg.postgres))
         try:
             outcome: CycleOutcome[Any]
             if job_name == "outbox-relay":

@@ -35,12 +35,13 @@ from actors.gauge_refresher import (
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
-from actors.outbox_listener import serve_outbox_listener
+from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
 from actors.outbox_relay import RelayCounts, RelayJob, run_relay_cycle
 from actors.recording_finalize import FinalizeJob, run_finalize_cycle
 from actors.s3.objectstore import ObjectStore
 from supervision.config import Config
 from supervision.database import Database
+from supervision.pgconn import client_deadline, conninfo
 from supervision.queries import QUERIES
 from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
 from supervision.supervisor import serve_supervisor
@@ -113,7 +114,9 @@ def build_tree(res: Resources) -> SupervisorSpec:
     intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
                           backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
     grace = sup.shutdown_grace
-    dsn = res.cfg.postgres.dsn.reveal()
+    pg = res.cfg.postgres
+    lock_dsn, listen_dsn = conninfo(pg, "safetynet-lock"), conninfo(pg, APPLICATION_NAME)
+    deadline = client_deadline(pg)
     readiness = Readiness(partial(res.db.run, ping))
     children = [
         ChildSpec("metrics-exporter",
@@ -124,17 +127,20 @@ def build_tree(res: Resources) -> SupervisorSpec:
     ]
     if res.cfg.outbox_relay.enabled:
         outbox = SupervisorSpec("outbox", [
-            ChildSpec("outbox-listener", partial(serve_outbox_listener, dsn, res.wakeup),
+            ChildSpec("outbox-listener", partial(serve_outbox_listener, listen_dsn, res.wakeup,
+                                                   deadline=deadline),
                       Restart.PERMANENT, shutdown=grace),
             ChildSpec("lock-keeper:outbox-relay",
-                      partial(serve_lock_keeper, relay_locked_job(res), dsn),
+                      partial(serve_lock_keeper, relay_locked_job(res), lock_dsn,
+                              deadline=deadline),
                       Restart.PERMANENT, shutdown=grace),
         ], Strategy.REST_FOR_ONE, intensity)
         children.append(ChildSpec("outbox", partial(serve_supervisor, outbox),
                                   Restart.PERMANENT, shutdown=grace))
     jobs = SupervisorSpec(
         "jobs",
-        [ChildSpec(f"lock-keeper:{job.name}", partial(serve_lock_keeper, job, dsn),
+        [ChildSpec(f"lock-keeper:{job.name}",
+                   partial(serve_lock_keeper, job, lock_dsn, deadline=deadline),
                    Restart.PERMANENT, shutdown=grace)
          for job in locked_jobs(res)],
         Strategy.ONE_FOR_ONE, intensity,

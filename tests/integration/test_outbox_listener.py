@@ -1,12 +1,17 @@
 """The outbox listener: started means LISTEN is in place; a dead database does not hold
-up the tree."""
+up the tree; a killed or half-open LISTEN connection is replaced, and the metrics show it."""
 
 from __future__ import annotations
 
+import os
+import signal
+from functools import partial
+
 import psycopg
 import trio
+from prometheus_client import REGISTRY
 
-from actors.outbox_listener import serve_outbox_listener
+from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
 from supervision.dev.stack import free_ports
 from supervision.wakeup import Wakeup
 
@@ -39,3 +44,71 @@ async def test_a_database_down_at_boot_does_not_hold_up_the_start() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_outbox_listener, dsn, wakeup)
             nursery.cancel_scope.cancel()
+
+
+def listener_pid(dsn: str) -> int | None:
+    """The backend of this database's LISTEN connection, found as an operator would."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+            " AND datname = current_database()", (APPLICATION_NAME,)).fetchone()
+        return None if row is None else int(row[0])
+
+
+def terminate(dsn: str, pid: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def reconnects() -> float:
+    value = REGISTRY.get_sample_value("safetynet_outbox_listener_reconnects_total")
+    return value or 0.0
+
+
+def connected() -> float | None:
+    return REGISTRY.get_sample_value("safetynet_outbox_listener_connected")
+
+
+async def test_a_killed_listen_connection_reconnects_and_the_metric_shows_it(
+        db_dsn: str) -> None:
+    """pg_terminate_backend of the LISTEN session: the listener reconnects (counted,
+    connected again), catches up with a wake-up, and NOTIFY wakes the relay again."""
+    wakeup = Wakeup()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_outbox_listener, db_dsn, wakeup)
+        assert await wakeup.wait(0) and connected() == 1
+        before = reconnects()
+        pid = await trio.to_thread.run_sync(listener_pid, db_dsn)
+        assert pid is not None
+        await trio.to_thread.run_sync(terminate, db_dsn, pid)
+        assert await wakeup.wait(30), "no catch-up wake-up after the reconnect"
+        assert reconnects() == before + 1 and connected() == 1
+        assert await trio.to_thread.run_sync(listener_pid, db_dsn) not in (None, pid)
+        await trio.to_thread.run_sync(insert_outbox_row, db_dsn)
+        assert await wakeup.wait(10), "the new LISTEN does not wake the relay"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_half_open_listen_connection_is_found_and_replaced(db_dsn: str) -> None:
+    """SIGSTOP of the LISTEN backend (its kernel still answers TCP, so no keepalive
+    fails): the bounded ping gives up within the deadline and the listener reconnects."""
+    wakeup = Wakeup()
+    deadline = 1.0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_outbox_listener, db_dsn, wakeup, check_every=0.2,
+                                    deadline=deadline))
+        assert await wakeup.wait(0)
+        before = reconnects()
+        pid = await trio.to_thread.run_sync(listener_pid, db_dsn)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # ping every 0.2 s, given up after 1 s, back-off 1 s: 3x that bound
+            replaced = await wakeup.wait(3 * (0.2 + deadline + 1.0))
+            assert replaced, "the half-open LISTEN was not replaced"
+            assert reconnects() == before + 1 and connected() == 1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await trio.to_thread.run_sync(insert_outbox_row, db_dsn)
+        assert await wakeup.wait(10), "the new LISTEN does not wake the relay"
+        nursery.cancel_scope.cancel()

@@ -15,6 +15,7 @@ import attrs
 import psycopg
 import pytest
 import trio
+from prometheus_client import REGISTRY
 
 from actors.finalize_store import event_id
 from actors.kafka_producer import KafkaProducer
@@ -35,6 +36,7 @@ from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.health import HEALTH
 from supervision.queries import QUERIES
 from tests.conftest import make_config
+from tests.faults import open_fault_proxy
 from tests.messenger import KafkaMessage, fetch, read_topic
 from tests.waiting import wait_until
 
@@ -417,3 +419,41 @@ async def test_row_with_an_invalid_topic_name_is_dead_lettered_at_once(
     messages = await read(kafka_server, topic, expect=2)
     by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
     assert sorted(by_event[m.headers["event-id"]] for m in messages) == good
+
+
+def listener_connected() -> float | None:
+    return REGISTRY.get_sample_value("safetynet_outbox_listener_connected")
+
+
+def listener_reconnects() -> float:
+    return REGISTRY.get_sample_value("safetynet_outbox_listener_reconnects_total") or 0.0
+
+
+async def test_relay_publishes_on_its_poll_while_the_listen_connection_is_half_open(
+        db_dsn: str, kafka_server: KafkaServer, s3_server: S3Server, topic: str) -> None:
+    """The LISTEN connection goes through a proxy that turns into a black hole: the
+    listener finds it dead (connected 0), the relay keeps publishing on its poll
+    fallback, and once the path heals the listener reconnects (counted)."""
+    cfg = make_config(db_dsn, kafka_server=kafka_server, s3_server=s3_server,
+                      outbox_relay={"poll_interval": "1s"})
+    params = psycopg.conninfo.conninfo_to_dict(db_dsn)
+    async with open_fault_proxy(str(params["host"]), int(params["port"])) as proxy, \
+            open_resources(cfg) as res, trio.open_nursery() as nursery:
+        listen_dsn = psycopg.conninfo.make_conninfo(db_dsn, port=proxy.port)
+        await nursery.start(partial(serve_outbox_listener, listen_dsn, res.wakeup,
+                                    check_every=0.2, deadline=1.0))
+        await nursery.start(serve_lock_keeper, relay_locked_job(res), db_dsn)
+        assert listener_connected() == 1
+        before = listener_reconnects()
+        proxy.faults.blackhole = True
+        await trio.to_thread.run_sync(wait_until, lambda: listener_connected() == 0, 15,
+                                      "the listener to find its connection dead")
+        await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["k1", "k2", "k1"])
+        await wait_published(db_dsn, 3 * cfg.outbox_relay.poll_interval + 10)
+        proxy.faults.blackhole = False
+        await trio.to_thread.run_sync(
+            wait_until, lambda: listener_reconnects() == before + 1, 30,
+            "the listener to reconnect once the path healed")
+        assert listener_connected() == 1
+        nursery.cancel_scope.cancel()
+    assert len(await read(kafka_server, topic, expect=3)) == 3

@@ -364,7 +364,8 @@ def test_value_past_its_maximum_is_refused_naming_the_key(tmp_path: Path, row: o
     """One line per problem, naming the key, the maximum and the value given."""
     assert isinstance(row, SettingDoc)
     section, key = row.key.rsplit(".", 1)
-    extra = f"[{section}]\n{key} = {_past(row.maximum, row.type)}\n"
+    header = "" if section == "postgres" else f"[{section}]\n"  # base() opens [postgres]
+    extra = f"{header}{key} = {_past(row.maximum, row.type)}\n"
     problems = problems_of([base(tmp_path, extra)])
     assert len(problems) == 1
     assert problems[0].startswith(f"{row.key}: must be <= "), problems
