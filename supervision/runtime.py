@@ -15,13 +15,22 @@ Shutdown, step by step:
 From the first signal (or the root's escalation) on, ``/healthz`` and ``/readyz`` answer
 503 (:data:`~supervision.health.HEALTH`).
 
+Once the tree has stopped, the caller's teardown (closing pools) is short and bounded, and
+a late signal must not turn a clean stop into a kill (-15) or a KeyboardInterrupt
+traceback: inside :func:`quiet_teardown`, SIGTERM/SIGINT stay ignored from serve_root's
+return until the block exits, which puts the previous handlers back. Without it, serve_root
+leaves the handlers as it found them.
+
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import signal
+from collections.abc import Iterator
 
 import structlog
 import trio
@@ -36,6 +45,23 @@ log = structlog.get_logger("runtime")
 EXIT_OK = 0
 EXIT_FAILED = 1
 SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_QUIET_TEARDOWN = contextvars.ContextVar("quiet_teardown", default=False)
+
+
+@contextlib.contextmanager
+def quiet_teardown() -> Iterator[None]:
+    """Around serve_root and the teardown after it: late SIGTERM/SIGINT are ignored from
+    serve_root's return until this block exits; then the handlers in force at entry are
+    back."""
+    previous = {signum: signal.getsignal(signum) for signum in SHUTDOWN_SIGNALS}
+    token = _QUIET_TEARDOWN.set(True)
+    try:
+        yield
+    finally:
+        _QUIET_TEARDOWN.reset(token)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
@@ -78,10 +104,9 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
     except* RestartIntensityExceeded as group:
         failure = _first_leaf(group)
     finally:
-        # Teardown after the tree (closing pools) is short and bounded; a late signal
-        # must not turn a clean stop into a kill (-15) or a KeyboardInterrupt traceback.
-        for signum in SHUTDOWN_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
+        if _QUIET_TEARDOWN.get():  # quiet_teardown() puts the handlers back after it
+            for signum in SHUTDOWN_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
     if failure is not None:
         log.critical("daemon_failed", actor=failure.actor, supervisor=failure.supervisor,
                      error=describe(failure.last_error))

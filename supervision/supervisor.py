@@ -7,7 +7,10 @@
 Children start one after the other in spec order, each with ``nursery.start`` semantics
 (the next starts once the previous reported ready). Each child runs inside a *shielded*
 cancel scope owned by the supervisor, so only the supervisor decides when a child stops:
-on shutdown it stops them in reverse start order, each with its shutdown budget.
+on shutdown it stops them in reverse start order, each with its shutdown budget. A child
+runs in the supervisor's own nursery from its first moment, ready or not (not in
+``nursery.start``'s: cancelled before the child was ready, ``start`` would wait for the
+shielded child to end on its own, and nobody would stop it).
 
 Restarts: PERMANENT children restart after any exit, TRANSIENT ones only after a failure,
 TEMPORARY ones never. The strategy picks which siblings restart with the one that exited
@@ -68,6 +71,7 @@ class _Running:
     spec: ChildSpec
     guard: StopGuard
     scope: trio.CancelScope = attrs.field(factory=lambda: trio.CancelScope(shield=True))
+    ready: trio.Event = attrs.field(factory=trio.Event)  # reported ready, or exited
     exited: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
     stopping: bool = False
@@ -76,14 +80,11 @@ class _Running:
 class _Status:
     """The ``task_status`` handed to a child: tells the supervisor it is ready."""
 
-    def __init__(self, task_status: trio.TaskStatus[None]) -> None:
-        self._task_status = task_status
-        self.reported = False
+    def __init__(self, ready: trio.Event) -> None:
+        self._ready = ready
 
     def started(self, value: Any = None) -> None:
-        if not self.reported:
-            self.reported = True
-            self._task_status.started()
+        self._ready.set()
 
 
 Escalation = Callable[["RestartIntensityExceeded"], None]
@@ -125,22 +126,25 @@ class _Supervisor:
             raise escalation
 
     async def _start(self, child: ChildSpec) -> None:
+        """Start *child* and wait until it is ready. If that wait is cancelled, the child
+        is already ours to stop (it is in ``running``): ``_stop_all`` stops it."""
         assert self.nursery is not None
         running = _Running(child, self.guard.child())
         self.running[child.name] = running
-        await self.nursery.start(self._child_task, running)
+        self.nursery.start_soon(self._child_task, running)
+        await running.ready.wait()
 
-    async def _child_task(self, running: _Running, *,
-                          task_status: trio.TaskStatus[None]) -> None:
-        status = _Status(task_status)
-        with guarded_by(running.guard), running.scope:
-            try:
-                await running.spec.start(task_status=status)
-            except Exception as exc:
-                running.error = exc
-        status.started()  # a child that died before it was ready still unblocks start()
-        running.guard.detach()
-        running.exited.set()
+    async def _child_task(self, running: _Running) -> None:
+        try:
+            with guarded_by(running.guard), running.scope:
+                try:
+                    await running.spec.start(task_status=_Status(running.ready))
+                except Exception as exc:
+                    running.error = exc
+        finally:
+            running.ready.set()  # a child that died before it was ready unblocks _start()
+            running.guard.detach()
+            running.exited.set()
         if not running.stopping:
             self.exits_send.send_nowait(running)
 

@@ -21,7 +21,7 @@ from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import InfrastructureError
 from supervision.pgconn import client_deadline, conninfo
-from supervision.runtime import serve_root
+from supervision.runtime import quiet_teardown, serve_root
 from supervision.wakeup import Wakeup
 
 POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
@@ -45,8 +45,9 @@ async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
 
 async def run_daemon(cfg: Config) -> int:
     """``safetynet run``: the supervised tree until SIGTERM/SIGINT. Returns the exit code."""
-    async with open_resources(cfg) as res:
-        return await serve_root(build_tree(res), cfg.supervision.shutdown_grace)
+    with quiet_teardown():
+        async with open_resources(cfg) as res:
+            return await serve_root(build_tree(res), cfg.supervision.shutdown_grace)
 
 
 async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:

@@ -260,6 +260,73 @@ async def test_child_failing_before_ready_counts_as_a_crash(autojump_clock: obje
     assert starts["x"] == 2
 
 
+class SlowStarters:
+    """Children that take a second to get ready, then serve until stopped. The ones
+    running (ready or not) are in ``live``; :meth:`abandon` kills them and any started
+    later, so that a supervisor that failed to stop them still returns."""
+
+    def __init__(self) -> None:
+        self.live: dict[trio.CancelScope, str] = {}
+        self.entered_at: list[float] = []
+        self.crashed: set[str] = set()
+        self.abandoned = False
+
+    def abandon(self) -> list[str]:
+        self.abandoned = True
+        left = list(self.live.values())
+        for scope in self.live:
+            scope.cancel()
+        return left
+
+    async def actor(self, name: str, *, crash_once: bool = False,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.entered_at.append(trio.current_time())
+        with trio.CancelScope() as scope:
+            if self.abandoned:
+                scope.cancel()
+            self.live[scope] = name
+            try:
+                await trio.sleep(1)
+                task_status.started()
+                await trio.sleep(1.5)
+                if crash_once and name not in self.crashed:
+                    self.crashed.add(name)
+                    raise Boom(f"{name} crashed")
+                await trio.sleep_forever()
+            finally:
+                del self.live[scope]
+
+    def child(self, name: str, **kw: object) -> ChildSpec:
+        return ChildSpec(name, partial(self.actor, name, **kw), shutdown=1.0)
+
+
+# a starts over [0, 1), b over [1, 2), c over [2, 3); b crashes at 3.5 and, after a 0.1 s
+# back-off, starts again over [3.6, 4.6)
+@pytest.mark.parametrize("cancel_at", [0.0, 0.5, 1.5, 2.5, 3.25, 3.55, 4.0, 5.0])
+async def test_cancel_at_any_moment_of_start_up_stops_every_child(
+        autojump_clock: object, cancel_at: float) -> None:
+    """Cancelled while a child is still getting ready (or at any other moment), the
+    supervisor stops every child it started, ready or not, within their budgets, and
+    starts no new one."""
+    kids = SlowStarters()
+    spec = SupervisorSpec("sup", [kids.child("a"), kids.child("b", crash_once=True),
+                                  kids.child("c")], Strategy.ONE_FOR_ONE, FAST)
+    left_running: list[str] = []
+    async with trio.open_nursery() as nursery:
+
+        async def watchdog() -> None:
+            await trio.sleep(cancel_at + 60)
+            left_running.extend(kids.abandon())  # a hung supervisor returns: the test fails
+
+        nursery.start_soon(watchdog)
+        with trio.move_on_after(cancel_at):
+            await serve_supervisor(spec)
+        nursery.cancel_scope.cancel()
+    assert left_running == []
+    assert kids.live == {}
+    assert max(kids.entered_at) <= cancel_at
+
+
 def test_duplicate_child_names_are_rejected() -> None:
     """Child names identify actors in logs and metrics, so they must be unique."""
     rec = Recorder()
