@@ -4,27 +4,39 @@
 >>> await nursery.start(serve_lock_keeper, job, dsn)
 
 Inputs: the job (its interval, its lock TTL and the coroutine that runs one cycle) and a
-DSN for a *dedicated* connection (advisory locks are session-level). Outputs: the job's
-cycles, run only while this process holds the job's PostgreSQL advisory lock, and
-``safetynet_lock_held{job}``. Restart type: permanent.
+DSN for a *dedicated* connection (the lease's session, and advisory locks are
+session-level). Outputs: the job's cycles, run only while this process holds the job's
+lease, ``safetynet_lock_held{job}``, ``safetynet_lease_term{job}`` and
+``safetynet_lease_lost_total{job}``. Restart type: permanent.
 
-Each tick: take the lock without waiting (held elsewhere → the cycle is skipped); run the
-cycle in a nested nursery inside a scope bounded by ``lock_ttl``; release the lock. While
-the cycle runs, a watchdog pings the lock connection every ``ping_interval``; when the
-connection dies or stops answering (``pg_terminate_backend``, a network partition) the
-lock is gone, so the cycle's scope is cancelled at once: nothing new is committed after
-the loss is seen, and the row in flight commits or rolls back whole. The keeper then
-reconnects with back-off.
+Each tick: take the job's lease (``safetynet.leases``, migration 0005; a new term, valid
+``lock_ttl`` on the database clock) and, next to it, the advisory lock when it is free (so
+``pg_locks`` still shows the leader; nothing depends on it). Held by a live holder → the
+cycle is skipped. Then the cycle runs in a nested nursery inside a scope bounded by
+``lock_ttl``, with a :class:`~supervision.database.Fence` of its term in its context: the
+cycle's writes commit only while the term is live. A watchdog pings the lock connection
+every ``ping_interval`` and renews the lease every ``lock_ttl / 4``; when the connection
+dies or the renewal is refused (another daemon took the lease: this one was frozen past
+its TTL), the cycle's scope is cancelled at once, and a write already in flight is
+rejected by the fence (``LeaseLost``). Either way the keeper logs ``lease_lost`` or
+``lock_lost``, steps down and tries again at its next tick.
+
+A frozen holder cannot hold on: its lease expires ``lock_ttl`` after its last renewal and
+a standby takes it at its next tick, with no session killed by hand. A holder whose lock
+session ended (killed, or the process died) loses the lease at once.
 
 What cancellation does: the cycle is cancelled like any other work (in-flight
-``must_complete`` blocks finish), then the lock is released in a shielded block; if the
-release fails, closing the connection releases it server-side.
+``must_complete`` blocks finish), then the lease and the lock are released in a shielded
+block; if that fails, closing the connection ends the session (the lease then expires or
+is taken over because its session is gone).
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import os
+import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -34,8 +46,9 @@ import psycopg
 import structlog
 import trio
 
-from supervision.errors import InfrastructureError
-from supervision.metrics import LOCK_HELD
+from supervision.database import Fence
+from supervision.errors import InfrastructureError, LeaseLost
+from supervision.metrics import LEASE_LOST, LEASE_TERM, LOCK_HELD
 from supervision.pgconn import connect
 from supervision.queries import QUERIES
 from supervision.ticker import Ticker
@@ -53,6 +66,7 @@ class CycleStatus(enum.StrEnum):
     SKIPPED_LOCKED = "skipped_locked"  # another process holds the job's lock
     NO_CONNECTION = "no_connection"  # the lock connection could not be opened
     LOST_LOCK = "lost_lock"  # the lock session died mid-cycle; the cycle was cancelled
+    LEASE_LOST = "lease_lost"  # another daemon took the lease over; the cycle stepped down
     OVERRAN = "overran"  # the cycle hit lock_ttl and was cancelled
     INFRASTRUCTURE_ERROR = "infrastructure_error"  # a server went away mid-cycle
 
@@ -69,6 +83,7 @@ class CycleContext:
 
     job: str
     job_run_id: str
+    fence: Fence | None = None  # the lease's term: the cycle's writes commit only under it
 
 
 @attrs.frozen
@@ -100,27 +115,53 @@ class CycleOutcome(Generic[R]):
     result: R | None = None
 
 
-class LockConnection:
-    """The keeper's own connection (advisory locks are session-level), used only from
-    worker threads one call at a time; ``discard`` ends the session and so every lock."""
+@attrs.frozen
+class Lease:
+    """A lease this process holds: the job, its term, and whom it took it from."""
 
-    def __init__(self, dsn: str, deadline: float | None = None) -> None:
+    job: str
+    term: int
+    previous_holder: str | None = None
+    previous_expired: bool = True
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.job, self.term)
+
+
+def holder_name() -> str:
+    """Who holds a lease, as operators read it: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class LockConnection:
+    """The keeper's own connection (the lease's session; advisory locks are
+    session-level), used only from worker threads one call at a time; ``discard`` ends
+    the session and so every advisory lock."""
+
+    def __init__(self, dsn: str, deadline: float | None = None,
+                 holder: str | None = None) -> None:
         self.dsn = dsn
         self.deadline = deadline  # client-side bound of a round trip (supervision.pgconn)
+        self.holder = holder or holder_name()
         self.conn: psycopg.Connection | None = None
         self.failures = 0
 
     async def ensure(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
-            self.conn = await trio.to_thread.run_sync(
-                lambda: connect(self.dsn, self.deadline, connect_timeout=5,
-                                application_name="safetynet-lock"),
-                abandon_on_cancel=True)
+            def open_session() -> psycopg.Connection:
+                conn = connect(self.dsn, self.deadline, connect_timeout=5,
+                               application_name="safetynet-lock")
+                conn.execute(QUERIES["lease_session_setup"])
+                return conn
+
+            self.conn = await trio.to_thread.run_sync(open_session, abandon_on_cancel=True)
         return self.conn
 
-    async def query(self, name: str, key: int, limit: float, *, connect: bool = True) -> Any:
-        """Run a lock query; with ``connect=False`` a lost connection is an error, never a
-        fresh session (a new session does not hold the lock)."""
+    async def fetch(self, name: str, params: dict[str, Any], limit: float, *,
+                    connect: bool = True) -> tuple[Any, ...] | None:
+        """Run a lock or lease query, its first row; with ``connect=False`` a lost
+        connection is an error, never a fresh session (a new session holds nothing)."""
         if connect:
             conn = await self.ensure()
         elif self.conn is None or self.conn.closed:
@@ -128,12 +169,39 @@ class LockConnection:
         else:
             conn = self.conn
 
-        def call() -> Any:
-            row = conn.execute(QUERIES[name], {"key": key}).fetchone()
-            return row[0] if row else None
+        def call() -> tuple[Any, ...] | None:
+            cur = conn.execute(QUERIES[name], params)
+            return cur.fetchone() if cur.description is not None else None
 
         with trio.fail_after(limit):
             return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+    async def query(self, name: str, key: int, limit: float, *, connect: bool = True) -> Any:
+        """An advisory-lock query on *key*: its single value."""
+        row = await self.fetch(name, {"key": key}, limit, connect=connect)
+        return row[0] if row else None
+
+    async def acquire(self, job: LockedJob[Any]) -> Lease | None:
+        """Take *job*'s lease (and its advisory lock when free); None when it is held."""
+        got_lock = await self.query("advisory_lock_try", job.key, limit=5.0)
+        row = await self.fetch("lease_acquire", {"job": job.name, "holder": self.holder,
+                                                 "ttl": job.lock_ttl}, limit=5.0)
+        if row is None:
+            if got_lock:
+                await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
+            return None
+        return Lease(job.name, int(row[0]), row[1], bool(row[2]))
+
+    async def renew(self, job: LockedJob[Any], lease: Lease, limit: float) -> bool:
+        """Extend the lease by ``lock_ttl``; False when its term is no longer live."""
+        row = await self.fetch("lease_renew", {"job": job.name, "term": lease.term,
+                                               "ttl": job.lock_ttl}, limit, connect=False)
+        return row is not None
+
+    async def release(self, job: LockedJob[Any], lease: Lease) -> None:
+        await self.fetch("lease_release", {"job": job.name, "term": lease.term}, 2.0,
+                         connect=False)
+        await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
 
     def discard(self) -> None:
         conn, self.conn = self.conn, None
@@ -141,66 +209,95 @@ class LockConnection:
             conn.close()  # ends the session: the server releases every lock it held
 
 
+DB_ERRORS = (psycopg.Error, OSError, trio.TooSlowError)
+
+
 async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutcome[R]:
-    """One tick: lock, cycle under the TTL with the watchdog, unlock."""
+    """One tick: take the lease, cycle under the TTL with the watchdog, give it back."""
     try:
-        got = await lock.query("advisory_lock_try", job.key, limit=5.0)
-    except (psycopg.Error, OSError, trio.TooSlowError) as exc:
+        lease = await lock.acquire(job)
+    except DB_ERRORS as exc:
         lock.discard()
         lock.failures += 1
         log.warning("lock_connection_failed", job=job.name, error=type(exc).__name__,
                     failures=lock.failures)
         return CycleOutcome(CycleStatus.NO_CONNECTION)
     lock.failures = 0
-    if not got:
+    if lease is None:
         log.info("cycle_skipped_locked", job=job.name)
         return CycleOutcome(CycleStatus.SKIPPED_LOCKED)
 
     run_id = str(uuid.uuid4())
     LOCK_HELD.labels(job=job.name).set(1)
-    lost = False
+    LEASE_TERM.labels(job=job.name).set(lease.term)
+    if lease.previous_holder not in (None, lock.holder):
+        log.info("lease_taken_over", job=job.name, term=lease.term,
+                 previous_holder=lease.previous_holder,
+                 previous_expired=lease.previous_expired)
+    lost: CycleStatus | None = None
     result: R | None = None
     try:
         with structlog.contextvars.bound_contextvars(job=job.name, job_run_id=run_id):
-            async with trio.open_nursery() as nursery:
-                with trio.move_on_after(job.lock_ttl) as ttl_scope:
+            try:
+                async with trio.open_nursery() as nursery:
+                    with trio.move_on_after(job.lock_ttl) as ttl_scope:
 
-                    async def watchdog() -> None:
-                        nonlocal lost
-                        while True:
-                            await trio.sleep(job.ping_interval)
-                            try:
-                                await lock.query("advisory_lock_ping", job.key,
-                                                 limit=job.ping_timeout, connect=False)
-                            except (psycopg.Error, OSError, trio.TooSlowError) as exc:
-                                lost = True
-                                log.error("lock_lost", error=type(exc).__name__)
-                                ttl_scope.cancel()
-                                return
+                        async def watchdog() -> None:
+                            nonlocal lost
+                            lost = await _watch(job, lock, lease)
+                            ttl_scope.cancel()
 
-                    nursery.start_soon(watchdog)
-                    result = await job.cycle(CycleContext(job.name, run_id))
-                nursery.cancel_scope.cancel()
-            if ttl_scope.cancelled_caught and not lost:
+                        nursery.start_soon(watchdog)
+                        result = await job.cycle(
+                            CycleContext(job.name, run_id, lease.fence))
+                    nursery.cancel_scope.cancel()
+            except* LeaseLost as group:
+                lost = CycleStatus.LEASE_LOST
+                log.error("lease_lost", term=lease.term, reason="fenced_write_rejected",
+                          error=str(group.exceptions[0])[:200])
+            if lost is CycleStatus.LEASE_LOST:
+                LEASE_LOST.labels(job=job.name).inc()
+            if ttl_scope.cancelled_caught and lost is None:
                 log.error("cycle_overran", lock_ttl_s=job.lock_ttl)
     finally:
         LOCK_HELD.labels(job=job.name).set(0)
         with trio.CancelScope(shield=True):
-            await _release(job, lock, lost)
-    if lost:
-        return CycleOutcome(CycleStatus.LOST_LOCK, run_id)
+            await _release(job, lock, lease, lost)
+    if lost is not None:
+        return CycleOutcome(lost, run_id)
     if ttl_scope.cancelled_caught:
         return CycleOutcome(CycleStatus.OVERRAN, run_id)
     return CycleOutcome(CycleStatus.RAN, run_id, result)
 
 
-async def _release(job: LockedJob[Any], lock: LockConnection, lost: bool) -> None:
-    if lost:
+async def _watch(job: LockedJob[Any], lock: LockConnection, lease: Lease) -> CycleStatus:
+    """Ping the lock session and renew the lease until one fails; how it failed."""
+    renew_every = max(job.ping_interval, job.lock_ttl / 4)
+    renewed_at = trio.current_time()
+    while True:
+        await trio.sleep(job.ping_interval)
+        try:
+            if trio.current_time() - renewed_at >= renew_every:
+                if not await lock.renew(job, lease, limit=job.ping_timeout):
+                    log.error("lease_lost", term=lease.term, reason="renewal_refused")
+                    return CycleStatus.LEASE_LOST
+                renewed_at = trio.current_time()
+            else:
+                await lock.query("advisory_lock_ping", job.key, limit=job.ping_timeout,
+                                 connect=False)
+        except DB_ERRORS as exc:
+            log.error("lock_lost", error=type(exc).__name__)
+            return CycleStatus.LOST_LOCK
+
+
+async def _release(job: LockedJob[Any], lock: LockConnection, lease: Lease,
+                   lost: CycleStatus | None) -> None:
+    if lost is CycleStatus.LOST_LOCK:
         lock.discard()
         return
     try:
-        await lock.query("advisory_lock_release", job.key, limit=2.0, connect=False)
-    except (psycopg.Error, OSError, trio.TooSlowError):
+        await lock.release(job, lease)
+    except DB_ERRORS:
         lock.discard()
 
 

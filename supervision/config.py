@@ -230,7 +230,9 @@ class RecordingFinalizeConfig:
         0.2, "Random +/- fraction applied to each delay.", checks=[_fraction], maximum=0.9
     )
     lock_ttl: float = _setting(
-        300.0, "Bound of one cycle under the advisory lock; must exceed max_run_duration.",
+        300.0, "TTL of the job's lease and bound of one cycle; must exceed max_run_duration. "
+        "The lease is renewed every lock_ttl/4 while a cycle runs: a frozen leader is "
+        "replaced this long after its last renewal (plus one polling_interval).",
         duration=True, checks=[_positive], maximum=2 * HOUR,
     )
     max_run_duration: float = _setting(
@@ -265,7 +267,9 @@ class ConferenceReaperConfig:
         duration=True, checks=[_positive], maximum=30 * DAY,
     )
     lock_ttl: float = _setting(
-        120.0, "Bound of one cycle under the advisory lock; must exceed max_run_duration.",
+        120.0, "TTL of the job's lease and bound of one cycle; must exceed max_run_duration. "
+        "The lease is renewed every lock_ttl/4 while a cycle runs: a frozen leader is "
+        "replaced this long after its last renewal (plus one polling_interval).",
         duration=True, checks=[_positive], maximum=2 * HOUR,
     )
     max_run_duration: float = _setting(
@@ -297,6 +301,11 @@ class OutboxRelayConfig:
     retention: float = _setting(
         604800.0, "Published rows older than this are deleted.", duration=True,
         checks=[_positive], maximum=365 * DAY,
+    )
+    lock_ttl: float = _setting(
+        60.0, "TTL of the relay's lease (renewed every lock_ttl/4 while a cycle runs; a "
+        "frozen leader is replaced this long after its last renewal). A relay cycle runs "
+        "at most half of it.", duration=True, checks=[_positive], maximum=DAY,
     )
 
 
@@ -361,12 +370,14 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
                 f"({format_duration(job.max_run_duration)}), got {format_duration(job.lock_ttl)}"
             )
     pg = cfg.postgres
+    ttls = {f"jobs.{name}.lock_ttl": getattr(cfg.jobs, name).lock_ttl
+            for name in ("recording_finalize", "conference_reaper")}
+    ttls["outbox_relay.lock_ttl"] = cfg.outbox_relay.lock_ttl
     for key in ("statement_timeout", "idle_in_transaction_session_timeout"):
         value = getattr(pg, key)
-        for name in ("recording_finalize", "conference_reaper"):
-            ttl = getattr(cfg.jobs, name).lock_ttl
+        for ttl_key, ttl in ttls.items():
             if value >= ttl:
-                yield (f"postgres.{key}: must be below jobs.{name}.lock_ttl "
+                yield (f"postgres.{key}: must be below {ttl_key} "
                        f"({format_duration(ttl)}), got {format_duration(value)}")
     if pg.lock_timeout > pg.statement_timeout:
         yield (f"postgres.lock_timeout: must be <= statement_timeout "

@@ -9,6 +9,12 @@ crosses into a thread once, while the asyncio bridge pays per statement; measure
 is a plain function ``fn(conn, *args)`` that runs inside ``conn.transaction()``: it
 commits when *fn* returns and rolls back when it raises.
 
+Fencing: ``db.fenced(Fence(job, term))`` is the same pool whose :meth:`Database.atomic`
+and :meth:`Database.atomic_each` first call ``safetynet.lease_fence`` inside the
+transaction (migration 0005): a transaction written under a term that is no longer live
+rolls back and raises :class:`~supervision.errors.LeaseLost`. Reads (:meth:`Database.run`)
+are not fenced.
+
 What cancellation does: :meth:`Database.atomic` runs under
 :func:`~supervision.shielding.must_complete`, so a soft cancel waits for the transaction
 to commit or roll back; a hard stop sends PostgreSQL a cancel request, the statement in
@@ -20,6 +26,7 @@ and the cancel request makes that quick).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import threading
 import time
@@ -33,14 +40,31 @@ import psycopg
 import psycopg_pool
 import trio
 
-from supervision.errors import DatabaseBusy, InfrastructureError
+from supervision.errors import DatabaseBusy, InfrastructureError, LeaseLost
+from supervision.metrics import FENCED_WRITES
 from supervision.pgconn import bounded_class, with_defaults
+from supervision.queries import QUERIES
 from supervision.shielding import WorkAbandoned, current_guard, must_complete
 
 P = ParamSpec("P")
 T = TypeVar("T")
 Item = TypeVar("Item")
 Work = Callable[Concatenate[psycopg.Connection, P], T]
+
+
+LEASE_LOST_SQLSTATE = "SN001"  # raised by safetynet.lease_fence
+
+
+@attrs.frozen
+class Fence:
+    """The lease a cycle writes under: its transactions commit only while *term* is the
+    live term of *job*."""
+
+    job: str
+    term: int
+
+    def check(self, conn: psycopg.Connection) -> None:
+        conn.execute(QUERIES["lease_fence"], {"job": self.job, "term": self.term})
 
 
 @attrs.frozen
@@ -101,6 +125,13 @@ class Database:
             connection_class=bounded_class(deadline), kwargs={"autocommit": True},
         )
         self._limiter = trio.CapacityLimiter(size)
+        self.fence: Fence | None = None
+
+    def fenced(self, fence: Fence | None) -> Database:
+        """This pool, its writes fenced by *fence* (``None``: not fenced)."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
 
     async def open(self) -> None:
         """Start the pool; connections are made in the background (no wait for the server)."""
@@ -112,7 +143,8 @@ class Database:
     async def atomic(self, fn: Work[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(conn, *args)`` as one transaction that commits whole or not at all."""
         async with must_complete():
-            return await self._call(_in_transaction(fn, *args, **kwargs), shielded=True)
+            return await self._call(
+                _in_transaction(fn, self.fence, *args, **kwargs), shielded=True)
 
     async def atomic_each(self, fn: Callable[[psycopg.Connection, Item], T],
                           items: Sequence[Item]) -> list[T | DataProblem]:
@@ -123,27 +155,54 @@ class Database:
         or not at all. An item whose data the database rejects yields its
         :class:`DataProblem` and the others go on; a connection failure raises
         :class:`InfrastructureError` (items before it are committed, the rest are not).
+        Fenced, the items run as one transaction behind the fence (the fence has to share
+        a transaction with what it guards); when one item's data is rejected that
+        transaction rolls back and each item runs again in a fenced transaction of its own.
         What cancellation does: as :meth:`atomic`, per item — after a hard stop no further
         item starts.
         """
+        fence = self.fence
+
+        def one(conn: psycopg.Connection, in_flight: _InFlight, item: Item
+                ) -> T | DataProblem:
+            if in_flight.aborted:
+                raise WorkAbandoned()
+            try:
+                if fence is None:
+                    return fn(conn, item)
+                with conn.transaction():
+                    fence.check(conn)
+                    result = fn(conn, item)
+                    if in_flight.aborted:
+                        raise WorkAbandoned()
+                    return result
+            except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                return DataProblem(type(exc).__name__)
 
         def each(conn: psycopg.Connection, in_flight: _InFlight) -> list[T | DataProblem]:
-            results: list[T | DataProblem] = []
-            for item in items:
-                if in_flight.aborted:
-                    raise WorkAbandoned()
+            if fence is not None and len(items) > 1:
                 try:
-                    results.append(fn(conn, item))
-                except (psycopg.DataError, psycopg.IntegrityError) as exc:
-                    results.append(DataProblem(type(exc).__name__))
-            return results
+                    with conn.transaction():
+                        fence.check(conn)
+                        together: list[T | DataProblem] = []
+                        for item in items:
+                            if in_flight.aborted:
+                                raise WorkAbandoned()
+                            together.append(fn(conn, item))
+                        if in_flight.aborted:
+                            raise WorkAbandoned()
+                        return together
+                except (psycopg.DataError, psycopg.IntegrityError):
+                    pass  # rolled back whole: find the culprit one item at a time
+            return [one(conn, in_flight, item) for item in items]
 
         async with must_complete():
             return await self._call(each, shielded=True)
 
     async def run(self, fn: Work[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Like :meth:`atomic` but cancellable at once (for reads and idempotent writes)."""
-        return await self._call(_in_transaction(fn, *args, **kwargs), shielded=False)
+        return await self._call(_in_transaction(fn, None, *args, **kwargs),
+                                shielded=False)
 
     async def _call(self, unit: Callable[[psycopg.Connection, _InFlight], T],
                     shielded: bool) -> T:
@@ -163,6 +222,12 @@ class Database:
                     psycopg_pool.PoolTimeout) as exc:
                 raise InfrastructureError(
                     f"postgres: {type(exc).__name__}: {_first_line(exc)}") from exc
+            except psycopg.Error as exc:  # the fence (its SQLSTATE is no known class)
+                if exc.sqlstate != LEASE_LOST_SQLSTATE:
+                    raise
+                if self.fence is not None:
+                    FENCED_WRITES.labels(job=self.fence.job).inc()
+                raise LeaseLost(f"postgres: {_first_line(exc)}") from exc
 
         with current_guard().on_hard_stop(in_flight.abort):
             if shielded:
@@ -179,10 +244,12 @@ class Database:
                 raise
 
 
-def _in_transaction(fn: Work[P, T], *args: P.args, **kwargs: P.kwargs
-                    ) -> Callable[[psycopg.Connection, _InFlight], T]:
+def _in_transaction(fn: Work[P, T], fence: Fence | None, *args: P.args,
+                    **kwargs: P.kwargs) -> Callable[[psycopg.Connection, _InFlight], T]:
     def unit(conn: psycopg.Connection, in_flight: _InFlight) -> T:
         with conn.transaction():
+            if fence is not None:
+                fence.check(conn)
             result = fn(conn, *args, **kwargs)
             if in_flight.aborted:  # a cancel request may land between statements:
                 raise WorkAbandoned()  # never commit then

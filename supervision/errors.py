@@ -36,6 +36,11 @@ class DatabaseBusy(InfrastructureError):
     gave up; its transaction rolled back and its work is tried again in a later cycle."""
 
 
+class LeaseLost(SafetynetError):
+    """This process's lease on the job is no longer the live term (another daemon took it
+    over): the fenced transaction rolled back, and the cycle steps down."""
+
+
 class ConfigurationFault(SafetynetError):
     """A dependency is misconfigured (missing bucket, access denied, unknown topic);
     retrying will not help until the configuration is fixed."""

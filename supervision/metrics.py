@@ -14,7 +14,16 @@ from prometheus_client import Counter, Gauge, Histogram
 ACTOR_RESTARTS = Counter(
     "safetynet_actor_restarts", "Restarts of a supervised actor.", ["actor"])
 LOCK_HELD = Gauge(
-    "safetynet_lock_held", "1 while this process holds the job's advisory lock.", ["job"])
+    "safetynet_lock_held", "1 while this process holds the job's lease (and, when it could "
+    "take it, the advisory lock).", ["job"])
+LEASE_TERM = Gauge(
+    "safetynet_lease_term", "The term of the job's lease this process last held.", ["job"])
+LEASE_LOST = Counter(
+    "safetynet_lease_lost", "Cycles that lost their lease mid-cycle (renewal refused or a "
+    "fenced write rejected) and stepped down.", ["job"])
+FENCED_WRITES = Counter(
+    "safetynet_fenced_writes_rejected", "Transactions rolled back by the lease fence: "
+    "written under a term that was no longer live.", ["job"])
 CONFIG_FAULT = Gauge(
     "safetynet_config_fault", "1 while a dependency is misconfigured (readiness is 503).",
     ["component"])

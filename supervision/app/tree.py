@@ -47,9 +47,6 @@ from supervision.spec import ChildSpec, Intensity, Restart, Strategy, Supervisor
 from supervision.supervisor import serve_supervisor
 from supervision.wakeup import Wakeup
 
-RELAY_LOCK_TTL = 60.0
-
-
 @attrs.frozen
 class Resources:
     cfg: Config
@@ -72,7 +69,7 @@ def reaper_job(res: Resources) -> ReaperJob:
 
 def relay_job(res: Resources) -> RelayJob:
     return RelayJob(res.cfg.outbox_relay, res.db, res.producer,
-                    max_run_duration=RELAY_LOCK_TTL / 2)
+                    max_run_duration=res.cfg.outbox_relay.lock_ttl / 2)
 
 
 def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJob[Any]]:
@@ -91,7 +88,7 @@ def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJo
 
 def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
     relay = res.cfg.outbox_relay
-    return LockedJob("outbox-relay", relay.poll_interval, RELAY_LOCK_TTL,
+    return LockedJob("outbox-relay", relay.poll_interval, relay.lock_ttl,
                      partial(run_relay_cycle, relay_job(res)), first_delay=0.0,
                      wakeup=res.wakeup)
 

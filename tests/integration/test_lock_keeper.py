@@ -20,6 +20,7 @@ from actors.lock_keeper import (
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer
 from supervision.metrics import LOCK_HELD
+from supervision.migrate import migrate
 from supervision.queries import QUERIES
 from tests.waiting import wait_until
 
@@ -174,6 +175,7 @@ async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
     base = Path(tempfile.mkdtemp(prefix="safetynet-outage-"))
     server = PostgresServer(base)
     await trio.to_thread.run_sync(server.start)
+    await trio.to_thread.run_sync(migrate, server.dsn)  # the leases table
     runs: list[str] = []
     try:
         async with open_database(server.dsn, size=1, connect_timeout=1) as db:
