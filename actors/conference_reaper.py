@@ -117,7 +117,8 @@ class ReaperJob:
 
 async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
     """Run the three phases once; return the cycle's counts."""
-    job = attrs.evolve(job, db=job.db.fenced(ctx.fence))  # writes only under the lease
+    if ctx.fence is not None:  # writes commit only under the lease's term
+        job = attrs.evolve(job, db=job.db.fenced(ctx.fence))
     counts = ReaperCounts()
     async with cycle_frame("conference-reaper", ctx.job_run_id, counts, log, CR_RUNS,
                            CR_CYCLE_DURATION, after=partial(refresh_backlog, job.db, job.cfg)):

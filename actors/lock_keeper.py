@@ -123,6 +123,7 @@ class Lease:
     term: int
     previous_holder: str | None = None
     previous_expired: bool = True
+    advisory: bool = False  # this session also holds the job's advisory lock
 
     @property
     def fence(self) -> Fence:
@@ -190,7 +191,7 @@ class LockConnection:
             if got_lock:
                 await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
             return None
-        return Lease(job.name, int(row[0]), row[1], bool(row[2]))
+        return Lease(job.name, int(row[0]), row[1], bool(row[2]), bool(got_lock))
 
     async def renew(self, job: LockedJob[Any], lease: Lease, limit: float) -> bool:
         """Extend the lease by ``lock_ttl``; False when its term is no longer live."""
@@ -201,7 +202,8 @@ class LockConnection:
     async def release(self, job: LockedJob[Any], lease: Lease) -> None:
         await self.fetch("lease_release", {"job": job.name, "term": lease.term}, 2.0,
                          connect=False)
-        await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
+        if lease.advisory:
+            await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
 
     def discard(self) -> None:
         conn, self.conn = self.conn, None
@@ -209,7 +211,9 @@ class LockConnection:
             conn.close()  # ends the session: the server releases every lock it held
 
 
-DB_ERRORS = (psycopg.Error, OSError, trio.TooSlowError)
+# a server or a connection failing: back off and try again. A missing schema (a
+# ProgrammingError) is not one of them: it crashes the keeper, which escalates.
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, OSError, trio.TooSlowError)
 
 
 async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutcome[R]:

@@ -118,7 +118,8 @@ def dead_letter(conn: psycopg.Connection, outbox_id: int, reason: str) -> bool:
 
 async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
     """Publish until nothing publishable is left (or the run's time bound)."""
-    job = attrs.evolve(job, db=job.db.fenced(ctx.fence))  # writes only under the lease
+    if ctx.fence is not None:  # writes commit only under the lease's term
+        job = attrs.evolve(job, db=job.db.fenced(ctx.fence))
     counts = RelayCounts()
     # the relay runs at every wake-up: only cycles that sent something are logged
     async with cycle_frame("outbox-relay", ctx.job_run_id, counts, log,

@@ -65,7 +65,8 @@ class FinalizeJob:
 
 async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
     """Drain what is due now; return the cycle's counts."""
-    job = attrs.evolve(job, db=job.db.fenced(ctx.fence))  # writes only under the lease
+    if ctx.fence is not None:  # writes commit only under the lease's term
+        job = attrs.evolve(job, db=job.db.fenced(ctx.fence))
     counts = FinalizeCounts()
     async with cycle_frame(JOB, ctx.job_run_id, counts, log, RF_RUNS, RF_CYCLE_DURATION,
                            after=partial(refresh_gauges, job.db)) as frame:

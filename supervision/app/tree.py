@@ -47,6 +47,7 @@ from supervision.spec import ChildSpec, Intensity, Restart, Strategy, Supervisor
 from supervision.supervisor import serve_supervisor
 from supervision.wakeup import Wakeup
 
+
 @attrs.frozen
 class Resources:
     cfg: Config

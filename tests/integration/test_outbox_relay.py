@@ -265,20 +265,19 @@ async def test_unreachable_kafka_leaves_rows_unpublished_and_fails_run_once(
 
 
 async def test_lock_keeper_serialises_relays(cfg: Config, db_dsn: str) -> None:
-    """The relay's cycle runs under its own advisory lock (one publisher per fleet)."""
+    """The relay's cycle runs under its own lease (one publisher per fleet)."""
     async with open_resources(cfg) as res:
         job = relay_locked_job(res)
-        a, b = LockConnection(db_dsn), LockConnection(db_dsn)
-        got = await trio.to_thread.run_sync(
-            lambda: psycopg.connect(db_dsn, autocommit=True))
-        with got:
-            got.execute("SELECT pg_advisory_lock(%s)", (job.key,))
-            outcome = await run_locked_cycle(job, a)
+        holder, a, b = (LockConnection(db_dsn) for _ in range(3))
+        lease = await holder.acquire(job)
+        assert lease is not None
+        outcome = await run_locked_cycle(job, a)
         assert outcome.status == "skipped_locked"
+        await holder.release(job, lease)
         outcome = await run_locked_cycle(job, b)
         assert outcome.status == "ran" and isinstance(outcome.result, RelayCounts)
-        a.discard()
-        b.discard()
+        for conn in (holder, a, b):
+            conn.discard()
 
 
 def insert_raw(dsn: str, topic: str, key: str, payload: str, headers: str) -> int:
