@@ -1,5 +1,5 @@
-"""Process and database chaos: backends terminated mid-transaction, the leader's advisory
-lock session killed while the leader is frozen (the standby takes over), `kill -9` mid-drain
+"""Process and database chaos: backends terminated mid-transaction, a frozen leader fenced
+and replaced by a standby (2 and 3 daemons, no session killed by hand), `kill -9` mid-drain
 then restart, and two or three daemons at once.
 
 Covered elsewhere, not repeated here (tests/integration/test_shutdown.py, real processes):
@@ -15,11 +15,12 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
+from statistics import median
 
-import psutil
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from actors.lock_keeper import lock_key
 from supervision.dev.stack import KafkaServer, S3Server
 from tests.chaos.conftest import Run
 from tests.chaos.daemon import (
@@ -39,28 +40,6 @@ pytestmark = pytest.mark.chaos
 
 DONE = "SELECT count(*) FROM messenger.recording_finalize_attempts WHERE status = 'Done'"
 FINALIZE = "recording-finalize"
-
-
-def lock_holder(dsn: str, job: str) -> int | None:
-    """The backend pid holding *job*'s advisory lock on this database, if any."""
-    key = lock_key(job) & 0xFFFFFFFFFFFFFFFF
-    row = scalar(dsn, "SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory'"
-                      " AND granted AND database = (SELECT oid FROM pg_database"
-                      " WHERE datname = current_database())"
-                      " AND classid::bigint = %s AND objid::bigint = %s",
-                 key >> 32, key & 0xFFFFFFFF)
-    return int(row) or None
-
-
-def owner(dsn: str, backend: int, daemons: list[Daemon]) -> Daemon | None:
-    """Which daemon process owns the client end of *backend*'s connection."""
-    port = int(scalar(dsn, "SELECT coalesce(max(client_port), -1) FROM pg_stat_activity"
-                           " WHERE pid = %s", backend))
-    for daemon in daemons:
-        if daemon.alive() and any(c.laddr and c.laddr.port == port for c in
-                                  psutil.Process(daemon.pid).net_connections("tcp")):
-            return daemon
-    return None
 
 
 def logged_twice(daemons: Daemons) -> int:
@@ -110,62 +89,108 @@ def test_backends_terminated_mid_transaction(
     assert violations == [], [str(v) for v in violations]
 
 
-def test_lock_session_killed_standby_takes_over(
-        run: Run, daemons: Daemons, s3_server: S3Server, bucket: str, s3_fault: ProxyThread,
-        kafka_server: KafkaServer, tmp_path: Path) -> None:
-    """The leader is frozen (SIGSTOP) mid-cycle and its advisory-lock session terminated:
-    the standby takes the lock within a few seconds and drains; the old leader, resumed
-    (SIGCONT), notices the lost lock and nothing is done twice. Three rounds."""
-    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=1500, conferences=150,
+def live_lease(dsn: str, job: str) -> tuple[int, int] | None:
+    """(holder's process id, term) of *job*'s live lease, if any."""
+    row = scalar(dsn, "SELECT coalesce(max(split_part(holder, ':', 2) || ':' || term), '')"
+                      " FROM safetynet.leases WHERE job = %s"
+                      " AND expires_at > clock_timestamp()", job)
+    if not row:
+        return None
+    pid, term = str(row).split(":")
+    return int(pid), int(term)
+
+
+def fenced_writes(daemon: Daemon) -> int:
+    """``safetynet_fenced_writes_rejected_total`` summed over jobs, from its /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{daemon.port}/metrics", timeout=5).text
+    return int(sum(sample.value for family in text_string_to_metric_families(text)
+                   for sample in family.samples
+                   if sample.name == "safetynet_fenced_writes_rejected_total"))
+
+
+def answers(daemon: Daemon) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{daemon.port}/healthz", timeout=1).is_success
+    except httpx.HTTPError:
+        return False
+
+
+LEASE_TTL_S, POLL_S = 3.0, 0.5
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
+        count: int, run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
+        s3_fault: ProxyThread, kafka_server: KafkaServer, tmp_path: Path) -> None:
+    """The leader is SIGSTOPped mid-cycle (its sessions stay open: the kernel answers for
+    it) and no session is killed by hand: a standby holds the lease within lock_ttl + one
+    polling interval; SIGCONT, and the old leader's late writes are rejected by the fence
+    (`lease_lost`, counted), it steps down, and nothing is done twice. Five rounds."""
+    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=2000, conferences=150,
                         deals=20)
     run.begin_kafka(kafka_server.bootstrap_servers)
-    # every object HEAD takes 100 ms more: a drain cycle lasts long enough to be caught
-    s3_fault.rules(HttpRule(s3_object("HEAD"), latency=0.1))
-    cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
-                        kafka=kafka_server.bootstrap_servers, finalize={"batch_size": 25})
-    group = [daemons.add(Daemon(tmp_path, name, cfg)).start() for name in ("a", "b")]
+    # every object HEAD takes 150 ms more: the drain outlasts five rounds
+    s3_fault.rules(HttpRule(s3_object("HEAD"), latency=0.15))
+    ttl = f"{LEASE_TTL_S:g}s"
+    cfg = daemon_config(
+        run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
+        kafka=kafka_server.bootstrap_servers,
+        finalize={"batch_size": 25, "polling_interval": f"{POLL_S:g}s", "lock_ttl": ttl,
+                  "max_run_duration": "2s"},
+        reaper={"polling_interval": f"{POLL_S:g}s", "lock_ttl": ttl,
+                "max_run_duration": "2s"},
+        outbox_relay={"lock_ttl": ttl},
+        postgres={"statement_timeout": "2s", "lock_timeout": "1s",
+                  "idle_in_transaction_session_timeout": "2s"})
+    group = [daemons.add(Daemon(tmp_path, f"d{i}", cfg)).start() for i in range(count)]
+    by_pid = {d.pid: d for d in group}
     takeovers: list[float] = []
-    failed = 0
-    for _ in range(3):
+    failed = stale_leader = 0
+    for _ in range(5):
+        wait_until(lambda: live_lease(run.dsn, FINALIZE) is not None, 20, "a leader")
+        lease = live_lease(run.dsn, FINALIZE)
+        if lease is None or lease[0] not in by_pid:
+            continue
+        leader_pid, term = lease
+        os.kill(leader_pid, signal.SIGSTOP)
+        run.fault("leader SIGSTOPped mid-cycle (no session killed)")
+        sent = time.monotonic()
         try:
-            wait_until(lambda: lock_holder(run.dsn, FINALIZE) is not None, 10, "a leader")
+            def replaced(leader_pid: int = leader_pid, term: int = term) -> bool:
+                now = live_lease(run.dsn, FINALIZE)
+                return now is not None and now[0] != leader_pid and now[1] > term
+            wait_until(replaced, 4 * (LEASE_TTL_S + POLL_S), "a standby to take the lease")
+            takeovers.append(round(time.monotonic() - sent, 2))
         except AssertionError:
-            break  # the backlog is drained: no cycle holds the lock long enough
-        backend = lock_holder(run.dsn, FINALIZE)
-        if backend is None:
-            continue
-        leader = owner(run.dsn, backend, group)
-        if leader is None:
-            continue
-        standby = next(d for d in group if d is not leader)
-        os.kill(leader.pid, signal.SIGSTOP)
-        try:
-            terminate_backends(run.dsn, pids=[backend])
-            run.fault("leader SIGSTOPped and its advisory-lock session terminated")
-            sent = time.monotonic()
-            try:
-                def standby_leads(s: Daemon = standby) -> bool:
-                    holder = lock_holder(run.dsn, FINALIZE)
-                    return holder is not None and owner(run.dsn, holder, [s]) is s
-                wait_until(standby_leads, 15, "the standby")
-                takeovers.append(round(time.monotonic() - sent, 2))
-            except AssertionError:
-                failed += 1
-            time.sleep(1.0)
+            failed += 1
         finally:
-            os.kill(leader.pid, signal.SIGCONT)
-        time.sleep(1.0)
+            time.sleep(1.0)  # the standby works a while; the old leader's writes wait
+            os.kill(leader_pid, signal.SIGCONT)
+        # resumed, it answers again and does not lead under its old term (a cycle that
+        # had nothing left to write simply ends: only writes in flight meet the fence)
+        wait_until(lambda d=by_pid[leader_pid]: answers(d), 15, "the resumed leader")
+        now = live_lease(run.dsn, FINALIZE)
+        stale_leader += int(now is not None and now == (leader_pid, term))
     s3_fault.clear()
     wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
-    lost = sum(d.names().count("lock_lost") for d in group)
+    fenced = sum(fenced_writes(d) for d in group)
+    lease_lost = sum(d.names().count("lease_lost") for d in group)
+    bound = LEASE_TTL_S + POLL_S
     violations = run.verify(
-        title="Advisory-lock session killed, standby takes over",
-        proves="the standby becomes the leader once the lock session is gone; the resumed"
-               " old leader detects the loss; every row transitions once",
+        title=f"Frozen leader fenced and replaced ({count} daemons)",
+        proves="a SIGSTOPped leader is replaced within lock_ttl + one polling interval with"
+               " no session killed by hand; resumed, its late writes are rejected by the"
+               " lease fence and it steps down; every row transitions once",
         extra_invariants={"takeover_failed": failed,
-                          "fewer_than_2_takeovers": int(len(takeovers) < 2),
-                          "logged_twice": logged_twice(daemons)},
-        takeover_seconds=takeovers, lock_lost_logged=lost)
+                          "fewer_than_4_takeovers": int(len(takeovers) < 4),
+                          "stale_leader_after_resume": stale_leader,
+                          "fence_never_met": int(fenced + lease_lost == 0),
+                          "logged_twice": logged_twice(daemons),
+                          "daemon_exited": sum(1 for d in group if not d.alive())},
+        takeover_seconds=takeovers,
+        takeover_min_median_max=[min(takeovers, default=0), median(takeovers or [0]),
+                                 max(takeovers, default=0)],
+        takeover_bound_s=bound, fenced_writes_rejected=fenced, lease_lost_logged=lease_lost)
     assert violations == [], [str(v) for v in violations]
 
 
