@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ssl
 from collections.abc import Sequence
 
 import attrs
@@ -133,11 +134,15 @@ class KafkaProducer:
         await run_asyncio(self._start)
 
     async def _start(self) -> None:
+        try:
+            security = client_security(self._cfg)
+        except (OSError, ssl.SSLError) as exc:  # a TLS file gone or changed since loading
+            raise ConfigurationFault(f"TLS files cannot be loaded: {exc}") from exc
         producer = AIOKafkaProducer(
             bootstrap_servers=self._cfg.bootstrap_servers, client_id=self._cfg.client_id,
             acks="all", enable_idempotence=False, compression_type=None, linger_ms=0,
             request_timeout_ms=self._timeout_ms, max_request_size=self.max_request_size,
-            max_batch_size=256 * 1024, **client_security(self._cfg),
+            max_batch_size=256 * 1024, **security,
         )
         try:
             await producer.start()

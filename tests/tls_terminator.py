@@ -79,6 +79,7 @@ def open_tls_kafka(directory: Path, pki: Pki, *, client_ca: Path | None = None,
                    authentication: bool = False) -> Iterator[TlsKafka]:
     """A Tansu of its own behind stunnel on a free port; both stopped on exit."""
     binary = stunnel()
+    directory.mkdir(parents=True, exist_ok=True)
     port = free_ports(1)[0]
     broker = KafkaServer(directory, advertised_port=port, authentication=authentication)
     verify = ("" if client_ca is None
