@@ -49,6 +49,7 @@ REFUSALS = (
     AuthenticationFailedError, AuthenticationMethodNotSupported,
     UnsupportedSaslMechanismError, IllegalSaslStateError,
 )
+RESET_TRIES = 8
 # TLS errors that mean the connection broke, not that a peer refused a certificate
 _TLS_BREAKS = (ssl.SSLEOFError, ssl.SSLSyscallError, ssl.SSLZeroReturnError,
                ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -86,20 +87,29 @@ def refusal(exc: BaseException) -> str | None:
 
 async def diagnose(cfg: KafkaConfig, request_timeout_ms: int) -> BaseException | None:
     """Connect to each bootstrap server as aiokafka does; the first refusal met, else the
-    last error, else None (every server took the connection)."""
+    last error, else None (every server took the connection).
+
+    A server that resets the connection is asked again, up to :data:`RESET_TRIES` times:
+    with TLS 1.3 a broker rejects a client certificate only after the client's handshake
+    has finished, and its alert is lost when the reset overtakes it (a quarter of the
+    tries against stunnel)."""
     settings = client_security(cfg)
     last: BaseException | None = None
     for server in cfg.bootstrap_servers.split(","):
         host, _, port = server.strip().rpartition(":")
-        try:
-            conn = await create_conn(host.strip("[]"), int(port), client_id=cfg.client_id,
-                                     request_timeout_ms=request_timeout_ms, **settings)
-        except Exception as exc:
-            if refusal(exc) is not None:
-                return exc
-            last = exc
-        else:
-            conn.close()
+        for _ in range(RESET_TRIES):
+            try:
+                conn = await create_conn(host.strip("[]"), int(port), client_id=cfg.client_id,
+                                         request_timeout_ms=request_timeout_ms, **settings)
+            except Exception as exc:
+                if refusal(exc) is not None:
+                    return exc
+                last = exc
+                if not any(isinstance(err, ConnectionResetError) for err in _chain(exc)):
+                    break
+            else:
+                conn.close()
+                break
     return last
 
 

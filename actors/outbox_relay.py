@@ -192,7 +192,7 @@ async def _drain(job: RelayJob, counts: RelayCounts) -> None:
             _connection_fault(state, str(exc))
             return
         except Exception as exc:  # broker unreachable: back off, never crash-loop
-            state.connection_fault = None
+            # a refusal seen before stays until a connection succeeds (no flapping)
             _kafka_down(state, type(exc).__name__)
             return
         state.connection_fault, state.kafka_failures = None, 0
