@@ -10,6 +10,10 @@ order). A wave's messages are appended to aiokafka's accumulator one after the o
 (appends do not wait for the broker) and their acknowledgements are awaited together, so
 the whole wave is on the wire at once.
 
+Security (TLS, SASL) comes from ``[kafka]`` through :mod:`actors.kafka_security`; a
+broker that refuses the connection makes :meth:`KafkaProducer.start` raise
+:class:`~supervision.errors.ConfigurationFault`.
+
 Every message's outcome is reported separately as a :class:`Delivery`: acknowledged,
 transient failure (retry later), rejected (dead-letter: that message can never be
 published) or a configuration fault (the broker refuses *us* — authorization, SASL, a
@@ -25,35 +29,27 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ssl
 from collections.abc import Sequence
 
 import attrs
 from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 from aiokafka.errors import (
-    AuthenticationFailedError,
-    AuthenticationMethodNotSupported,
-    ClusterAuthorizationFailedError,
-    IllegalSaslStateError,
     InvalidTopicError,
+    KafkaConnectionError,
     KafkaError,
     LeaderNotAvailableError,
     MessageSizeTooLargeError,
-    SaslAuthenticationFailed,
-    TopicAuthorizationFailedError,
-    UnsupportedSaslMechanismError,
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
+from actors.kafka_security import client_security, diagnose, refusal
 from supervision.bridge import run_asyncio
 from supervision.config import KafkaConfig
+from supervision.errors import ConfigurationFault
 
 REJECTED = (MessageSizeTooLargeError, InvalidTopicError)
-FAULTS = (
-    TopicAuthorizationFailedError, ClusterAuthorizationFailedError, SaslAuthenticationFailed,
-    AuthenticationFailedError, AuthenticationMethodNotSupported,
-    UnsupportedSaslMechanismError, IllegalSaslStateError,
-)
 
 
 class Delivery(enum.Enum):
@@ -68,8 +64,10 @@ def classify(exc: BaseException) -> Delivery:
 
     ``UnknownTopicOrPartitionError`` from a send is transient: aiokafka raises it after
     its metadata wait timed out, which a dead broker causes too. A missing topic is told
-    apart by the topic probe, where the broker itself answers (:func:`probe_verdict`)."""
-    if isinstance(exc, FAULTS):
+    apart by the topic probe, where the broker itself answers (:func:`probe_verdict`).
+    A refusal of the connection itself (TLS, SASL: :func:`actors.kafka_security.refusal`)
+    is a configuration fault too."""
+    if refusal(exc) is not None:
         return Delivery.FAULT
     if isinstance(exc, REJECTED):
         return Delivery.REJECTED
@@ -131,17 +129,32 @@ class KafkaProducer:
         return self._producer is not None
 
     async def start(self) -> None:
+        """Connect; :class:`ConfigurationFault` when the broker refuses us (an untrusted
+        certificate, rejected credentials), else aiokafka's error (broker unreachable)."""
         await run_asyncio(self._start)
 
     async def _start(self) -> None:
+        try:
+            security = client_security(self._cfg)
+        except (OSError, ssl.SSLError) as exc:  # a TLS file gone or changed since loading
+            raise ConfigurationFault(f"TLS files cannot be loaded: {exc}") from exc
         producer = AIOKafkaProducer(
             bootstrap_servers=self._cfg.bootstrap_servers, client_id=self._cfg.client_id,
             acks="all", enable_idempotence=False, compression_type=None, linger_ms=0,
             request_timeout_ms=self._timeout_ms, max_request_size=self.max_request_size,
-            max_batch_size=256 * 1024,
+            max_batch_size=256 * 1024, **security,
         )
         try:
             await producer.start()
+        except Exception as exc:
+            await producer.stop()
+            cause: BaseException = exc
+            if isinstance(exc, KafkaConnectionError):  # start() logs the real error only
+                cause = await diagnose(self._cfg, self._timeout_ms) or exc
+            reason = refusal(cause)
+            if reason is not None:
+                raise ConfigurationFault(f"broker refused the connection: {reason}") from exc
+            raise
         except BaseException:
             await producer.stop()
             raise

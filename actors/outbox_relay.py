@@ -16,10 +16,12 @@ accepts) is dead-lettered and logged with its id and reason; it blocks its key o
 later rows of that key were already waiting (then ``safetynet_outbox_blocked_keys``
 alerts). When Kafka itself is unreachable, nothing is marked, the relay backs off with
 jitter, readiness stays 200 and ``safetynet_outbox_oldest_unpublished_age_seconds`` grows.
-When the broker refuses *us* for a topic (authorization, SASL, the topic does not exist),
-that is a configuration fault: no row is dead-lettered or charged an attempt, the topic's
-rows wait out of the claim with back-off, readiness is 503 (``safetynet_config_fault
-{component="kafka"}`` alerts) and publishing resumes by itself once a retry succeeds.
+When the broker refuses *us* — the connection (an untrusted certificate, rejected SASL
+credentials: :mod:`actors.kafka_security`) or a topic (authorization, the topic does not
+exist) — that is a configuration fault: no row is dead-lettered or charged an attempt, the
+rows wait (all of them, or that topic's out of the claim) with back-off, readiness is 503
+(``safetynet_config_fault{component="kafka"}`` alerts) and publishing resumes by itself
+once a retry succeeds.
 
 Inputs: the database, the producer, the relay's state. Outputs: Kafka messages with the
 SPEC §4 headers, ``published_at``/``publish_attempts``/``last_error``, metrics.
@@ -148,6 +150,9 @@ async def run_relay_until_drained(
         if outcome.status != CycleStatus.RAN or outcome.result is None:
             return outcome
         total.add(outcome.result)
+        if job.state.connection_fault is not None:
+            raise ConfigurationFault(f"kafka: {job.state.connection_fault}; rows stay "
+                                     "unpublished")
         if job.state.kafka_failures:
             raise InfrastructureError("kafka: unreachable; rows stay unpublished")
         if outcome.result.published == 0:
@@ -185,9 +190,14 @@ async def _drain(job: RelayJob, counts: RelayCounts) -> None:
     if not job.producer.started:
         try:
             await job.producer.start()
+        except ConfigurationFault as exc:  # TLS or SASL refused: the operator must act
+            _connection_fault(state, str(exc))
+            return
         except Exception as exc:  # broker unreachable: back off, never crash-loop
+            # a refusal seen before stays until a connection succeeds (no flapping)
             _kafka_down(state, type(exc).__name__)
             return
+        state.connection_fault, state.kafka_failures = None, 0
     while trio.current_time() - started < job.max_run_duration:
         now = trio.current_time()
         claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
@@ -303,6 +313,17 @@ async def _record_failure(job: RelayJob, row: Row, result: SendResult) -> None:
     await job.db.atomic(mark_failed, [row.id], error)
     job.state.rows.failed(row.id, trio.current_time())
     log.warning("outbox_publish_failed", outbox_id=row.id, topic=row.topic, error=error)
+
+
+def _connection_fault(state: RelayState, reason: str) -> None:
+    """The broker refuses the connection: every row waits untouched, readiness is 503;
+    the connection is tried again with the Kafka-wide back-off."""
+    state.connection_fault = reason
+    state.kafka_failures += 1
+    delay = backoff(state.kafka_failures)
+    state.kafka_retry_at = trio.current_time() + delay
+    HEALTH.set_fault("kafka", reason)
+    log.error("config_fault", component="kafka", error=reason, retry_in_s=round(delay, 2))
 
 
 def _kafka_down(state: RelayState, error: str) -> None:

@@ -72,12 +72,14 @@ class TopicFault:
 
 @attrs.define
 class RelayState:
-    """The relay's memory: Kafka-wide back-off, per-row back-off, faulted topics."""
+    """The relay's memory: Kafka-wide back-off (an outage or a refused connection),
+    per-row back-off, faulted topics."""
 
     kafka_failures: int = 0
     kafka_retry_at: float = 0.0
     rows: RowRetries = attrs.field(factory=RowRetries)
     topic_faults: dict[str, TopicFault] = attrs.field(factory=dict)
+    connection_fault: str | None = None  # the broker refuses the connection (TLS, SASL)
     retention_due_at: float = 0.0
 
     def held_topics(self, now: float) -> list[str]:
@@ -101,7 +103,10 @@ class RelayState:
                 del self.topic_faults[topic]
 
     def fault_reason(self) -> str | None:
-        """One line for readiness: the faulted topics and their reasons."""
+        """One line for readiness: a refused connection, else the faulted topics and
+        their reasons."""
+        if self.connection_fault is not None:
+            return self.connection_fault
         if not self.topic_faults:
             return None
         return "; ".join(f"topic {topic}: {fault.reason}"

@@ -14,9 +14,11 @@ collects *every* problem before failing, one line per problem naming the key.
 from __future__ import annotations
 
 import difflib
+import enum
 import ipaddress
 import math
 import os
+import ssl
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -164,12 +166,98 @@ class PostgresConfig:
     )
 
 
+class SecurityProtocol(enum.StrEnum):
+    """How the Kafka client talks to the brokers (Kafka's ``security.protocol``)."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def uses_tls(self) -> bool:
+        return self in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+
+class SaslMechanism(enum.StrEnum):
+    """The SASL mechanism of a ``SASL_*`` protocol."""
+
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+def _readable_file(value: Any) -> str | None:
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_file():
+        return f"no such file: {value!r}"
+    if not os.access(path, os.R_OK):
+        return f"file is not readable: {value!r}"
+    return None
+
+
+class _NoPassphrase(Exception):
+    """The private key is encrypted; no passphrase is configured."""
+
+
+def _no_passphrase() -> str:
+    # without a callback OpenSSL would prompt on the terminal for an encrypted key
+    raise _NoPassphrase
+
+
 @attrs.frozen
 class KafkaConfig:
     bootstrap_servers: str = _setting(
         "127.0.0.1:9092", "Comma-separated HOST:PORT list of Kafka brokers.", checks=[_bootstrap]
     )
     client_id: str = _setting("safetynet", "Kafka client id.")
+    security_protocol: SecurityProtocol = _setting(
+        SecurityProtocol.PLAINTEXT, "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL "
+        "over TLS). A broker certificate the CA does not vouch for, or credentials the "
+        "broker rejects, are a configuration fault (readiness 503), never a crash loop.",
+    )
+    sasl_mechanism: SaslMechanism = _setting(
+        SaslMechanism.SCRAM_SHA_512, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* "
+        "protocols only). PLAIN sends the password itself: only over SASL_SSL (or to a "
+        "loopback broker).",
+    )
+    sasl_username: str = _setting("", "SASL user name; required by the SASL_* protocols.")
+    sasl_password: Secret = _setting(
+        Secret(""), "SASL password; required by the SASL_* protocols. Secret (pass it as "
+        "SAFETYNET__KAFKA__SASL_PASSWORD).",
+    )
+    ssl_cafile: str = _setting(
+        "", "PEM file of the CA(s) that sign the brokers' certificates (SSL/SASL_SSL); "
+        "empty = the system's trust store. The broker's host name is always verified.",
+        checks=[_readable_file],
+    )
+    ssl_certfile: str = _setting(
+        "", "PEM client certificate for mutual TLS; empty = none. Needs ssl_keyfile.",
+        checks=[_readable_file],
+    )
+    ssl_keyfile: str = _setting(
+        "", "PEM private key (unencrypted) of ssl_certfile; empty = none.",
+        checks=[_readable_file],
+    )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of the SSL/SASL_SSL protocols (None for the others), built by
+        aiokafka's helper; raises :class:`ssl.SSLError`/:class:`OSError` for files that
+        do not hold what they should."""
+        from aiokafka.helpers import create_ssl_context
+
+        if not self.security_protocol.uses_tls:
+            return None
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=self.ssl_cafile or None, certfile=self.ssl_certfile or None,
+            keyfile=self.ssl_keyfile or None, password=_no_passphrase)
+        return context
 
 
 @attrs.frozen
@@ -383,12 +471,75 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
         yield (f"postgres.lock_timeout: must be <= statement_timeout "
                f"({format_duration(pg.statement_timeout)}), got "
                f"{format_duration(pg.lock_timeout)}")
+    yield from _kafka_checks(cfg.kafka)
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (
             f"jobs.recording_finalize.backoff_cap: must be >= backoff_base "
             f"({format_duration(rf.backoff_base)}), got {format_duration(rf.backoff_cap)}"
         )
+
+
+def _kafka_checks(kafka: KafkaConfig) -> Iterable[str]:
+    """The security settings fit the protocol, and the TLS files load."""
+    protocol = kafka.security_protocol
+    if protocol.uses_sasl:
+        for key in ("sasl_username", "sasl_password"):
+            if not getattr(kafka, key):
+                yield f"kafka.{key}: required when security_protocol is {protocol}"
+        if protocol is SecurityProtocol.SASL_PLAINTEXT and \
+                kafka.sasl_mechanism is SaslMechanism.PLAIN:
+            remote = [s for s in kafka.bootstrap_servers.split(",")
+                      if not _is_loopback(s.strip().rpartition(":")[0])]
+            if remote:
+                yield ("kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the "
+                       f"password in clear to {remote[0].strip()}; use SASL_SSL or SCRAM")
+    else:
+        for key in ("sasl_username", "sasl_password"):
+            if getattr(kafka, key):
+                yield (f"kafka.{key}: set, but security_protocol {protocol} does not "
+                       "authenticate (use SASL_SSL or SASL_PLAINTEXT)")
+    files = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    if not protocol.uses_tls:
+        for key in files:
+            if getattr(kafka, key):
+                yield (f"kafka.{key}: set, but security_protocol {protocol} does not use "
+                       "TLS (use SSL or SASL_SSL)")
+        return
+    if bool(kafka.ssl_certfile) != bool(kafka.ssl_keyfile):
+        missing, given = (("ssl_keyfile", "ssl_certfile") if kafka.ssl_certfile
+                          else ("ssl_certfile", "ssl_keyfile"))
+        yield f"kafka.{missing}: required with {given} (mutual TLS needs both)"
+        return
+    try:
+        ssl.create_default_context(cafile=kafka.ssl_cafile or None)
+    except (ssl.SSLError, OSError) as exc:
+        yield f"kafka.ssl_cafile: holds no usable CA certificate ({ssl_reason(exc)})"
+        return
+    try:
+        kafka.ssl_context()
+    except _NoPassphrase:
+        yield "kafka.ssl_keyfile: the key is encrypted; give an unencrypted key"
+    except (ssl.SSLError, OSError) as exc:
+        yield (f"kafka.ssl_certfile: with ssl_keyfile, not a usable certificate and key "
+               f"({ssl_reason(exc)})")
+
+
+def ssl_reason(exc: BaseException) -> str:
+    """OpenSSL's words without the library tag and source line: ``key values mismatch``."""
+    text = str(exc)
+    while text.startswith("[") and "] " in text:  # "[Errno 1] [SSL: TAG] words"
+        text = text.split("] ", 1)[1]
+    return text.split(" (_ssl.c", 1)[0]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # --------------------------------------------------------------------------- loading
@@ -513,6 +664,14 @@ def _convert(ftype: Any, value: Any, duration: bool) -> Any:
     from_env = isinstance(value, _FromEnv)
     if duration:
         return parse_duration(str(value) if from_env else value)
+    if isinstance(ftype, type) and issubclass(ftype, enum.Enum):
+        choices = ", ".join(member.value for member in ftype)
+        if not isinstance(value, str):
+            raise ValueError(f"expected one of {choices}, got {_type_name(value)} {value!r}")
+        try:
+            return ftype(value.strip().upper())
+        except ValueError:
+            raise ValueError(f"must be one of {choices}; got {str(value)!r}") from None
     if ftype is Secret:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {_type_name(value)}")
@@ -578,6 +737,8 @@ def redacted(cfg: Any) -> dict[str, Any]:
                 out[field.name] = redact_dsn(value.reveal())
             else:
                 out[field.name] = REDACTED if value else ""
+        elif isinstance(value, enum.Enum):
+            out[field.name] = value.value
         elif field.metadata.get("duration"):
             out[field.name] = format_duration(value)
         else:
@@ -608,6 +769,8 @@ def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[Settin
         duration = field.metadata.get("duration", False)
         kind = "duration" if duration else getattr(ftype, "__name__", str(ftype))
         kind = "secret string" if ftype is Secret else kind
+        if isinstance(ftype, type) and issubclass(ftype, enum.Enum):
+            kind = "one of " + ", ".join(member.value for member in ftype)
         if default is _REQUIRED:
             shown = "(required)"
         elif duration:

@@ -175,17 +175,20 @@ class KafkaMessage:
 
 
 def read_topic(bootstrap: str, topic: str, since: dict[int, int] | None = None, *,
-               expect: int | None = None, timeout: float = 10.0) -> list[KafkaMessage]:
+               expect: int | None = None, timeout: float = 10.0,
+               **client: Any) -> list[KafkaMessage]:
     """Messages of *topic* after the offsets in *since* (default: from the start), until
-    *expect* messages were read or nothing new arrives for a second (or *timeout*)."""
-    return asyncio.run(_read_topic(bootstrap, topic, since or {}, expect, timeout))
+    *expect* messages were read or nothing new arrives for a second (or *timeout*);
+    *client* holds more consumer settings (``security_protocol``, ``ssl_context``)."""
+    return asyncio.run(_read_topic(bootstrap, topic, since or {}, expect, timeout, client))
 
 
 async def _read_topic(bootstrap: str, topic: str, since: dict[int, int], expect: int | None,
-                      limit_s: float) -> list[KafkaMessage]:
+                      limit_s: float, client: dict[str, Any]) -> list[KafkaMessage]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                **client)
     await consumer.start()
     out: list[KafkaMessage] = []
     try:

