@@ -1,16 +1,21 @@
-"""The [s3] settings of issue 16: how a URL is addressed, which CA is trusted, which
-key pairs are accepted — checked at load time, one line per problem."""
+"""The [s3] settings of issue 16: how a URL is addressed, how a handle signs, which CA is
+trusted, which key pairs are accepted (checked at load time, one line per problem)."""
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
+import pycurl
 import pytest
 import trustme
 
-from actors.s3.worker import object_url
+from actors.s3.wire import Credentials
+from actors.s3.worker import object_url, sign_with
 from supervision.config import S3Config, load_config
 from supervision.errors import ConfigError
+from supervision.secrets import Secret
 
 DSN = "postgresql://app@127.0.0.1:5432/messenger"
 
@@ -83,3 +88,41 @@ def test_a_ca_file_needs_an_https_endpoint(tmp_path: Path) -> None:
     path.write_text(f'[postgres]\ndsn = "{DSN}"\n[s3]\nendpoint_url = "https://127.0.0.1:1"\n'
                     f'ca_file = "{ca}"\n')
     assert load_config([path], {}).s3.ca_file == str(ca)
+
+
+def test_a_handle_follows_new_keys_drops_a_stale_token_and_can_go_unsigned() -> None:
+    """sign_with on one reused libcurl handle: SigV4 with the session token header, then
+    unsigned (no Authorization at all), then other keys without a token (none sent)."""
+    seen: list[dict[str, str]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    handle = pycurl.Curl()
+    handle.setopt(pycurl.NOBODY, 1)
+    handle.setopt(pycurl.URL, f"http://127.0.0.1:{server.server_address[1]}/b/k")
+    try:
+        for creds in (Credentials(Secret("AK1"), Secret("SK1"), Secret("TOKEN1")), None,
+                      Credentials(Secret("AK2"), Secret("SK2"))):
+            sign_with(handle, creds, "eu-west-1")
+            handle.perform()
+    finally:
+        handle.close()
+        server.shutdown()
+        server.server_close()
+    first, unsigned, second = seen
+    assert first["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AK1/")
+    assert "/eu-west-1/s3/aws4_request" in first["authorization"]
+    assert first["x-amz-security-token"] == "TOKEN1"
+    assert "authorization" not in unsigned and "x-amz-security-token" not in unsigned
+    assert second["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AK2/")
+    assert "x-amz-security-token" not in second
