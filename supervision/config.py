@@ -134,6 +134,18 @@ def _dsn(value: Any) -> str | None:
     return None
 
 
+def _ca_file(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        ssl.create_default_context(cafile=value)
+    except ssl.SSLError:  # an OSError too: first
+        return f"{value!r} holds no PEM certificate"
+    except OSError as exc:
+        return f"cannot read {value!r}: {exc.strerror or type(exc).__name__}"
+    return None
+
+
 @attrs.frozen
 class PostgresConfig:
     dsn: Secret = _setting(
@@ -270,8 +282,23 @@ class S3Config:
     key_prefix: str = _setting(
         "call-recordings/", "Object key prefix; a recording is {key_prefix}{recording_id}."
     )
-    access_key_id: Secret = _setting(Secret(""), "S3 access key id (or env). Secret.")
-    secret_access_key: Secret = _setting(Secret(""), "S3 secret access key (or env). Secret.")
+    access_key_id: Secret = _setting(
+        Secret(""), "Static S3 access key id; set it together with secret_access_key, or "
+        "leave both empty to take the credentials from botocore's chain (AWS_* variables, "
+        "web identity, shared credentials file, container or instance metadata; see "
+        "docs/operations.md, S3 credentials). Secret.")
+    secret_access_key: Secret = _setting(
+        Secret(""), "Static S3 secret access key (with access_key_id). Secret.")
+    profile: str = _setting(
+        "", "Profile of the shared AWS config/credentials files the chain reads; empty = "
+        "AWS_PROFILE, else `default`. Naming one skips the AWS_ACCESS_KEY_ID variables.")
+    addressing_style: str = _setting(
+        "path", "path (endpoint/bucket/key) or virtual (bucket.endpoint/key, "
+        "virtual-hosted style).", checks=[_one_of("path", "virtual")])
+    ca_file: str = _setting(
+        "", "PEM file of the CA(s) that sign the S3 endpoint's certificate (a private CA); "
+        "empty = the certifi bundle. A certificate it does not trust is a configuration "
+        "fault.", checks=[_ca_file])
     timeout: float = _setting(5.0, "Timeout of one S3 request.", duration=True, checks=[_positive],
                               maximum=5 * MINUTE)
     concurrency: int = _setting(
@@ -472,6 +499,7 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
                f"({format_duration(pg.statement_timeout)}), got "
                f"{format_duration(pg.lock_timeout)}")
     yield from _kafka_checks(cfg.kafka)
+    yield from _s3_checks(cfg.s3)
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (
@@ -540,6 +568,20 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _s3_checks(s3: S3Config) -> Iterable[str]:
+    if bool(s3.access_key_id) != bool(s3.secret_access_key):
+        missing = "secret_access_key" if s3.access_key_id else "access_key_id"
+        yield (f"s3.{missing}: must be set together with "
+               f"{'access_key_id' if s3.access_key_id else 'secret_access_key'} (or leave "
+               "both empty to use the credential chain)")
+    if s3.ca_file and not s3.endpoint_url.startswith("https://"):
+        yield "s3.ca_file: set, but s3.endpoint_url is not https://"
+    if s3.addressing_style == "virtual" and (s3.bucket != s3.bucket.lower() or "." in s3.bucket
+                                             or "_" in s3.bucket):
+        yield (f"s3.bucket: {s3.bucket!r} cannot be a host name label (lower case, no dots "
+               "or underscores) with s3.addressing_style = virtual")
 
 
 # --------------------------------------------------------------------------- loading

@@ -10,13 +10,22 @@ actors.s3.worker`` and the answer a line back. Signing and HTTP then burn anothe
 core's CPU instead of the GIL the committers and the claimer need (issue #4: the mixed
 drain went from ~0.55 to ~0.8+ of the S3 ceiling).
 
-The worker is started on the first request, with its settings (credentials included)
-written to its stdin. If it dies, every request in flight answers ``Transient
-("s3_worker_exited")`` — the rows keep their attempt and are retried after their back-off,
-and the breaker stops the cycle if it keeps happening — and the next request starts a new
-one (at most one start per :data:`RESPAWN_INTERVAL`; in between, requests answer
-``Transient(NOT_SENT)``, which the reconciler treats as not attempted). A request with no
-answer after ``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
+The worker is started on the first request, with its settings and credentials written to
+its stdin. The credentials come from :class:`~actors.s3.credentials.CredentialSource`
+(static keys, else botocore's chain), fetched in a thread before the start; when they
+are temporary, every :data:`REFRESH_INTERVAL` the source is asked again (botocore renews
+them 15 minutes before they expire) and changed keys go to the running worker as one
+more line on its stdin — it is not restarted, and requests queued after the line are
+signed with the new keys. A failure to get credentials answers the requests with its
+outcome: a :class:`Fault` (a configuration fault: unknown profile, STS refusing the role)
+or, when the source may recover, ``Transient(NOT_SENT)``.
+
+If the worker dies, every request in flight answers ``Transient("s3_worker_exited")`` —
+the rows keep their attempt and are retried after their back-off, and the breaker stops
+the cycle if it keeps happening — and the next request starts a new one (at most one
+start per :data:`RESPAWN_INTERVAL`; in between, requests answer ``Transient(NOT_SENT)``,
+which the reconciler treats as not attempted). A request with no answer after
+``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
 
 The worker's environment is filtered (:func:`worker_environment`): it gets what Python,
 locale and libcurl need, never the daemon's ``SAFETYNET__*`` overrides (the DSN, keys,
@@ -44,13 +53,16 @@ import attrs
 import structlog
 import trio
 
+from actors.s3.credentials import CredentialSource, CredentialsUnavailable
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Transient
 from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
     OP_OBJECT,
+    Credentials,
     LineSplitter,
     decode_answer,
+    encode_credentials,
     encode_request,
     encode_settings,
 )
@@ -65,6 +77,7 @@ WORKER_COMMAND = (sys.executable, "-m", "actors.s3.worker")
 NOT_SENT = "s3_worker_unavailable"
 RESPAWN_INTERVAL = 1.0
 CLOSE_TIMEOUT = 3.0
+REFRESH_INTERVAL = 60.0  # seconds between asks for renewed temporary credentials
 _READ_SIZE = 64 * 1024
 # what the worker may inherit: Python, locale, temp files, TLS trust and libcurl's
 # proxy settings (a proxy the daemon reaches S3 through is the worker's proxy too)
@@ -100,6 +113,7 @@ class _Worker:
 
     process: trio.Process
     requests: trio.MemorySendChannel[bytes]
+    credentials: Credentials | None  # the keys it signs with
     waiting: dict[int, _Waiter] = attrs.Factory(dict)
     exited: trio.Event = attrs.Factory(trio.Event)
     alive: bool = True
@@ -117,8 +131,15 @@ class WorkerObjectStore:
 
     def __init__(self, cfg: S3Config, nursery: trio.Nursery, *,
                  command: tuple[str, ...] = WORKER_COMMAND,
-                 respawn_interval: float = RESPAWN_INTERVAL) -> None:
+                 respawn_interval: float = RESPAWN_INTERVAL,
+                 credentials: CredentialSource | None = None,
+                 refresh_interval: float = REFRESH_INTERVAL) -> None:
         self._cfg = cfg
+        self._credentials = credentials or CredentialSource(cfg)
+        self._credentials_limiter = trio.CapacityLimiter(1)
+        self._refresh_interval = refresh_interval
+        self._refreshing = False
+        self._unavailable: Fault | None = None  # credentials that cannot be had
         self._nursery = nursery
         self._command = command
         self._respawn_interval = respawn_interval
@@ -128,6 +149,7 @@ class WorkerObjectStore:
         self._last_start = -math.inf
         self._closing = False
         self.starts = 0
+        self.credential_updates = 0
         self.answer_timeout = 3 * cfg.timeout + 5
 
     async def head_bucket(self) -> Found | Transient | Fault:
@@ -153,7 +175,7 @@ class WorkerObjectStore:
     async def _request(self, op: str, recording_id: str) -> HeadOutcome:
         worker = await self._running_worker()
         if worker is None:
-            return Transient(NOT_SENT)
+            return self._unavailable or Transient(NOT_SENT)
         request_id = next(self._ids)
         waiter = worker.waiting[request_id] = _Waiter()
         try:
@@ -174,25 +196,68 @@ class WorkerObjectStore:
                 return None
             self._last_start = trio.current_time()
             try:
-                self._worker = await self._start()
+                credentials = await self._current_credentials()
+            except CredentialsUnavailable as exc:
+                log.error("s3_credentials_unavailable", error=exc.outcome.error)
+                self._unavailable = exc.outcome if isinstance(exc.outcome, Fault) else None
+                return None
+            self._unavailable = None
+            try:
+                self._worker = await self._start(credentials)
             except OSError as exc:
                 log.error("s3_worker_start_failed", error=type(exc).__name__)
                 return None
             return self._worker
 
-    async def _start(self) -> _Worker:
+    async def _current_credentials(self) -> Credentials | None:
+        return await trio.to_thread.run_sync(
+            self._credentials.current, limiter=self._credentials_limiter,
+            abandon_on_cancel=True)
+
+    async def _start(self, credentials: Credentials | None) -> _Worker:
         process = await trio.lowlevel.open_process(
             list(self._command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             start_new_session=True, env=worker_environment(os.environ))
         requests_send, requests_recv = trio.open_memory_channel[bytes](math.inf)
-        requests_send.send_nowait(encode_settings(self._cfg))
-        worker = _Worker(process, requests_send)
+        requests_send.send_nowait(encode_settings(self._cfg, credentials))
+        worker = _Worker(process, requests_send, credentials)
         self.starts += 1
         S3_WORKER_STARTS.inc()
         if self.starts > 1:
             log.warning("s3_worker_restarted", starts=self.starts)
         self._nursery.start_soon(self._serve, worker, requests_recv)
+        if self._credentials.refreshable and not self._refreshing:
+            self._refreshing = True
+            self._nursery.start_soon(self._serve_refresh)
         return worker
+
+    async def _serve_refresh(self) -> None:
+        """Every refresh interval, hand renewed credentials to the running worker."""
+        while not self._closing:
+            await trio.sleep(self._refresh_interval)
+            await self.refresh_credentials()
+
+    async def refresh_credentials(self) -> bool:
+        """Ask the source for the current keys; send them to the running worker if they
+        changed. True when new keys were sent. A failure is logged and the worker keeps
+        the keys it has (botocore tries again on the next ask)."""
+        try:
+            credentials = await self._current_credentials()
+        except CredentialsUnavailable as exc:
+            log.warning("s3_credentials_refresh_failed", error=exc.outcome.error)
+            return False
+        worker = self._worker
+        if (credentials is None or worker is None or not worker.alive
+                or credentials == worker.credentials):
+            return False
+        try:
+            worker.requests.send_nowait(encode_credentials(credentials))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return False  # it is going away; the next one starts with the current keys
+        worker.credentials = credentials
+        self.credential_updates += 1
+        log.info("s3_credentials_refreshed", updates=self.credential_updates)
+        return True
 
     async def _serve(self, worker: _Worker,
                      requests: trio.MemoryReceiveChannel[bytes]) -> None:

@@ -3,17 +3,22 @@
 >>> decode_outcome(encode_outcome(Found("k", 10, "Webm", 3)))
 Found(file_id='k', size_bytes=10, format='Webm', duration_seconds=3)
 
-One JSON array per line, UTF-8. The first line the daemon sends is the worker's
-configuration (:func:`encode_settings`, credentials included — a pipe, never argv or the
-environment). Then requests ``[id, op, recording_id]`` with ``op`` one of
-:data:`OPERATIONS`, and answers ``[id, tag, *fields]`` in any order, where the tag names
-the outcome class. Pure functions and a line splitter: unit-tested without processes.
+One JSON value per line, UTF-8. The first line the daemon sends is the worker's
+configuration (:func:`encode_settings`, the current credentials included — a pipe, never
+argv or the environment). Then requests ``[id, op, recording_id]`` with ``op`` one of
+:data:`OPERATIONS`, and, whenever the daemon's credentials change (temporary credentials
+refreshed before they expire), ``["credentials", key_id, secret, session_token]``
+(:func:`encode_credentials`): the worker signs every request it starts from then on with
+them. Answers are ``[id, tag, *fields]`` in any order, where the tag names the outcome
+class. Pure functions and a line splitter: unit-tested without processes.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import attrs
 
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 from supervision.config import S3Config
@@ -28,36 +33,87 @@ _ERROR_TAGS: dict[str, type[Transient | Fault | Poison]] = {
 MAX_LINE = 64 * 1024
 
 
-def encode_settings(cfg: S3Config) -> bytes:
+CREDENTIALS_TAG = "credentials"
+
+
+@attrs.frozen
+class Credentials:
+    """The keys that sign a request; *session_token* is set for temporary credentials
+    (sent as ``x-amz-security-token``)."""
+
+    access_key_id: Secret
+    secret_access_key: Secret
+    session_token: Secret = Secret("")
+
+
+@attrs.frozen
+class Settings:
+    """What the worker is started with: the S3 settings (their static key fields empty:
+    the keys travel as :attr:`credentials`) and the credentials, None = unsigned."""
+
+    s3: S3Config
+    credentials: Credentials | None
+
+
+def _credential_fields(creds: Credentials) -> list[str]:
+    return [creds.access_key_id.reveal(), creds.secret_access_key.reveal(),
+            creds.session_token.reveal()]
+
+
+def _credentials_from(fields: Any) -> Credentials:
+    if (not isinstance(fields, list) or len(fields) != 3
+            or not all(isinstance(f, str) for f in fields)):
+        raise WireError("bad credentials: unexpected fields")
+    return Credentials(*(Secret(f) for f in fields))
+
+
+def encode_settings(cfg: S3Config, credentials: Credentials | None) -> bytes:
     fields = {
         "endpoint_url": cfg.endpoint_url, "region": cfg.region, "bucket": cfg.bucket,
-        "key_prefix": cfg.key_prefix, "access_key_id": cfg.access_key_id.reveal(),
-        "secret_access_key": cfg.secret_access_key.reveal(), "timeout": cfg.timeout,
-        "concurrency": cfg.concurrency,
+        "key_prefix": cfg.key_prefix, "timeout": cfg.timeout,
+        "concurrency": cfg.concurrency, "addressing_style": cfg.addressing_style,
+        "ca_file": cfg.ca_file,
+        "credentials": None if credentials is None else _credential_fields(credentials),
     }
     return _line(fields)
 
 
-def decode_settings(line: bytes) -> S3Config:
+def decode_settings(line: bytes) -> Settings:
     try:
         fields = json.loads(line)
-        return S3Config(
+        s3 = S3Config(
             endpoint_url=str(fields["endpoint_url"]), region=str(fields["region"]),
             bucket=str(fields["bucket"]), key_prefix=str(fields["key_prefix"]),
-            access_key_id=Secret(str(fields["access_key_id"])),
-            secret_access_key=Secret(str(fields["secret_access_key"])),
             timeout=float(fields["timeout"]), concurrency=int(fields["concurrency"]),
+            addressing_style=str(fields["addressing_style"]), ca_file=str(fields["ca_file"]),
         )
+        creds = fields["credentials"]
     except (ValueError, TypeError, KeyError) as exc:
         raise WireError(f"bad settings line: {type(exc).__name__}") from None
+    return Settings(s3, None if creds is None else _credentials_from(creds))
+
+
+def encode_credentials(credentials: Credentials) -> bytes:
+    return _line([CREDENTIALS_TAG, *_credential_fields(credentials)])
 
 
 def encode_request(request_id: int, op: str, recording_id: str) -> bytes:
     return _line([request_id, op, recording_id])
 
 
-def decode_request(line: bytes) -> tuple[int, str, str]:
+def decode_input(line: bytes) -> tuple[int, str, str] | Credentials:
+    """A line after the settings: a request, or new credentials."""
     fields = _json_list(line, "request")
+    if fields and fields[0] == CREDENTIALS_TAG:
+        return _credentials_from(fields[1:])
+    return _request_from(fields)
+
+
+def decode_request(line: bytes) -> tuple[int, str, str]:
+    return _request_from(_json_list(line, "request"))
+
+
+def _request_from(fields: list[Any]) -> tuple[int, str, str]:
     if len(fields) != 3:
         raise WireError("bad request line: unexpected fields")
     request_id, op, recording_id = fields

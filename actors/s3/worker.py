@@ -9,8 +9,14 @@ SigV4 signing (``CURLOPT_AWS_SIGV4``) in C, in a process of its own: about 0.2 m
 per HEAD, none of it in the daemon, which pays for one short JSON line each way
 (``actors.s3.wire``).
 
-Protocol: the settings line, then requests, on stdin; answers on stdout in completion
-order, as many per write as are ready. Every request gets exactly one answer: HTTP
+Protocol: the settings line, then requests and credential updates, on stdin; answers
+on stdout in completion order, as many per write as are ready. New credentials (the
+daemon refreshed temporary ones) sign every request started after they arrive; requests
+already on the wire finish with the keys they were signed with. A session token goes out
+as the ``x-amz-security-token`` header, which libcurl's SigV4 signs with the others.
+TLS is verified against ``s3.ca_file`` (else certifi's bundle); a certificate it does not
+trust, or a CA file libcurl cannot read, is a :class:`Fault` (configuration), not a
+transport error to retry. Every request gets exactly one answer: HTTP
 statuses are classified by ``actors.s3.objectstore``, transport failures (timeout,
 refused, reset) become :class:`Transient` with a curl error name, never an exception.
 At most ``s3.concurrency`` requests are on the wire (one easy handle each, connections
@@ -29,7 +35,7 @@ import collections
 import os
 import select
 import sys
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import attrs
 import certifi
@@ -37,6 +43,7 @@ import pycurl
 
 from actors.s3.objectstore import (
     CANARY,
+    Fault,
     HeadOutcome,
     Poison,
     Transient,
@@ -49,8 +56,10 @@ from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
     OP_OBJECT,
+    Credentials,
     LineSplitter,
-    decode_request,
+    Settings,
+    decode_input,
     decode_settings,
     encode_answer,
 )
@@ -64,11 +73,17 @@ TRANSPORT_ERRORS = {
     pycurl.E_COULDNT_CONNECT: "ConnectError",
     pycurl.E_OPERATION_TIMEDOUT: "Timeout",
     pycurl.E_SSL_CONNECT_ERROR: "TlsError",
-    pycurl.E_PEER_FAILED_VERIFICATION: "TlsVerifyError",
     pycurl.E_GOT_NOTHING: "EmptyReply",
     pycurl.E_SEND_ERROR: "WriteError",
     pycurl.E_RECV_ERROR: "ReadError",
 }
+# libcurl errors that retrying cannot fix: the endpoint's certificate is not trusted by
+# s3.ca_file (or certifi), or the CA file cannot be read — configuration faults
+FAULT_ERRORS = {
+    pycurl.E_PEER_FAILED_VERIFICATION: "tls_certificate_untrusted",
+    pycurl.E_SSL_CACERT_BADFILE: "tls_ca_file_unreadable",
+}
+SECURITY_TOKEN_HEADER = "x-amz-security-token"
 # libcurl errors that mean the server answered something that is not a readable HTTP
 # response (a header line past libcurl's own 100 KB limit, a malformed status line or
 # header): the answer, not the network, is wrong, so retrying the row will not help.
@@ -130,17 +145,49 @@ class _Request:
         return Transient(f"response_unreadable:{reason}")
 
 
+def object_url(cfg: S3Config, key: str) -> str:
+    """The URL of *key* (``""``: the bucket) in ``cfg.bucket``: path style puts the bucket
+    in the path, virtual-hosted style in front of the endpoint's host name."""
+    parts = urlsplit(cfg.endpoint_url)
+    base_path = parts.path.rstrip("/")
+    if cfg.addressing_style == "virtual":
+        host = f"{cfg.bucket}.{parts.netloc}"
+        path = base_path + "/" + quote(key)
+    else:
+        host = parts.netloc
+        path = f"{base_path}/{quote(cfg.bucket)}" + (f"/{quote(key)}" if key else "")
+    return urlunsplit((parts.scheme, host, path, "", ""))
+
+
+def sign_with(handle: pycurl.Curl, credentials: Credentials | None, region: str) -> None:
+    """Make *handle* sign its requests with *credentials* (SigV4, the session token as a
+    signed header), or send them unsigned (None)."""
+    if credentials is None:
+        for option in (pycurl.USERNAME, pycurl.PASSWORD, pycurl.HTTPHEADER):
+            handle.unsetopt(option)
+        handle.setopt(pycurl.HTTPAUTH, pycurl.HTTPAUTH_BASIC)  # no user: no Authorization
+        return
+    token = credentials.session_token.reveal()
+    handle.setopt(pycurl.AWS_SIGV4, f"aws:amz:{region}:s3")
+    handle.setopt(pycurl.USERNAME, credentials.access_key_id.reveal())
+    handle.setopt(pycurl.PASSWORD, credentials.secret_access_key.reveal())
+    handle.setopt(pycurl.HTTPHEADER, [f"{SECURITY_TOKEN_HEADER}: {token}"] if token else [])
+
+
 class CurlPool:
     """Queued HEAD requests, ``s3.concurrency`` of them on the wire at a time."""
 
-    def __init__(self, cfg: S3Config) -> None:
-        self._cfg = cfg
-        self._base = cfg.endpoint_url.rstrip("/")
+    def __init__(self, settings: Settings) -> None:
+        cfg = self._cfg = settings.s3
         self._multi = pycurl.CurlMulti()
         self._multi.setopt(pycurl.M_MAX_TOTAL_CONNECTIONS, cfg.concurrency)
         self._idle = [self._new_handle() for _ in range(cfg.concurrency)]
         self._queued: collections.deque[_Request] = collections.deque()
         self._running: dict[pycurl.Curl, _Request] = {}
+        self._credentials: Credentials | None = None
+        self._generation = 0
+        self._handle_generation: dict[pycurl.Curl, int] = {}
+        self.set_credentials(settings.credentials)
 
     def _new_handle(self) -> pycurl.Curl:
         cfg = self._cfg
@@ -150,14 +197,15 @@ class CurlPool:
         handle.setopt(pycurl.FOLLOWLOCATION, 0)
         handle.setopt(pycurl.TIMEOUT_MS, int(cfg.timeout * 1000))
         handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(cfg.timeout * 1000))
-        handle.setopt(pycurl.CAINFO, certifi.where())
-        if cfg.access_key_id and cfg.secret_access_key:
-            # Without credentials requests go unsigned; a store that requires them answers
-            # 403, which is a configuration fault (readiness 503), not a crash.
-            handle.setopt(pycurl.AWS_SIGV4, f"aws:amz:{cfg.region}:s3")
-            handle.setopt(pycurl.USERNAME, cfg.access_key_id.reveal())
-            handle.setopt(pycurl.PASSWORD, cfg.secret_access_key.reveal())
+        handle.setopt(pycurl.CAINFO, cfg.ca_file or certifi.where())
         return handle
+
+    def set_credentials(self, credentials: Credentials | None) -> None:
+        """Sign the requests started from now on with *credentials*. Without credentials
+        requests go unsigned; a store that requires them answers 403, which is a
+        configuration fault (readiness 503), not a crash."""
+        self._credentials = credentials
+        self._generation += 1
 
     def submit(self, request_id: int, op: str, recording_id: str) -> None:
         if op == OP_BUCKET:
@@ -171,10 +219,10 @@ class CurlPool:
     def _start_queued(self) -> None:
         while self._queued and self._idle:
             request, handle = self._queued.popleft(), self._idle.pop()
-            url = f"{self._base}/{quote(self._cfg.bucket)}"
-            if request.key:
-                url += f"/{quote(request.key)}"
-            handle.setopt(pycurl.URL, url)
+            if self._handle_generation.get(handle) != self._generation:
+                sign_with(handle, self._credentials, self._cfg.region)
+                self._handle_generation[handle] = self._generation
+            handle.setopt(pycurl.URL, object_url(self._cfg, request.key))
             handle.setopt(pycurl.HEADERFUNCTION, request.on_header)
             self._running[handle] = request
             self._multi.add_handle(handle)
@@ -204,6 +252,8 @@ class CurlPool:
         outcome: HeadOutcome
         if request.oversized:
             outcome = request.unreadable("headers_too_large")
+        elif errno in FAULT_ERRORS:
+            outcome = Fault(FAULT_ERRORS[errno])
         elif errno in RESPONSE_ERRORS:
             outcome = request.unreadable(RESPONSE_ERRORS[errno])
         elif errno is not None:
@@ -239,7 +289,11 @@ def serve_worker(stdin: int, stdout: int) -> None:
     pending = lines[1:]
     while True:
         for line in pending:
-            pool.submit(*decode_request(line))
+            message = decode_input(line)
+            if isinstance(message, Credentials):
+                pool.set_credentials(message)
+            else:
+                pool.submit(*message)
         answers = pool.step()
         if answers:
             _write_all(stdout, b"".join(answers))

@@ -39,7 +39,7 @@ import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -447,8 +447,10 @@ class S3Server:
     sockets are hard-wired to ``/tmp/seaweedfs-*-<port>.sock`` (removed on stop).
     """
 
-    def __init__(self, base_dir: Path, *, credentials: S3Credentials | None = None) -> None:
+    def __init__(self, base_dir: Path, *, credentials: S3Credentials | None = None,
+                 extra_flags: Sequence[str] = ()) -> None:
         self.base_dir = base_dir.resolve()
+        self.extra_flags = list(extra_flags)  # more `weed mini` flags (TLS, IAM/STS config)
         self.credentials = credentials or S3Credentials(
             "devstack" + secrets.token_hex(4), secrets.token_hex(20))
         flags = [f"{part}.port{grpc}" for part in ("master", "volume", "filer", "s3")
@@ -482,7 +484,7 @@ class S3Server:
                 "-ip.bind=127.0.0.1", f"-s3.config={root / 'identities.json'}",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
                 "-master.telemetry=false", "-volume.max=8", "-volume.preStopSeconds=0"]
-        argv += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        argv += [f"-{flag}={port}" for flag, port in self.ports.items()] + self.extra_flags
         self._child.start(argv, env={**os.environ, "TMPDIR": str(root)})
         _wait_until(self._child, self._probe, timeout)
 

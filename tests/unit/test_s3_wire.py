@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 from actors.s3.wire import (
     MAX_LINE,
     OP_OBJECT,
+    Credentials,
     LineSplitter,
     decode_answer,
+    decode_input,
     decode_request,
     decode_settings,
     encode_answer,
+    encode_credentials,
     encode_request,
     encode_settings,
 )
@@ -37,13 +41,32 @@ def test_every_outcome_survives_the_pipe_unchanged(outcome: HeadOutcome) -> None
 
 
 def test_settings_carry_the_credentials_to_the_worker() -> None:
-    """The worker gets the same S3 settings, secrets included, as Secret values."""
-    cfg = S3Config(endpoint_url="http://127.0.0.1:9", bucket="b", key_prefix="p/",
+    """The worker gets the same S3 settings and the credentials, as Secret values; the
+    static key fields of the config do not travel (the credentials stand for them)."""
+    cfg = S3Config(endpoint_url="https://127.0.0.1:9", bucket="b", key_prefix="p/",
                    access_key_id=Secret("AKID"), secret_access_key=Secret("s3cr3t"),
-                   timeout=1.5, concurrency=3)
-    decoded = decode_settings(encode_settings(cfg))
-    assert decoded == cfg
-    assert decoded.secret_access_key.reveal() == "s3cr3t"
+                   timeout=1.5, concurrency=3, addressing_style="virtual",
+                   ca_file="/etc/ca.pem")
+    creds = Credentials(Secret("ASIA1"), Secret("s3cr3t"), Secret("tok3n"))
+    decoded = decode_settings(encode_settings(cfg, creds))
+    assert decoded.s3 == attrs.evolve(cfg, access_key_id=Secret(""),
+                                      secret_access_key=Secret(""))
+    assert decoded.credentials == creds
+    assert decoded.credentials.session_token.reveal() == "tok3n"
+    assert decode_settings(encode_settings(cfg, None)).credentials is None
+
+
+def test_new_credentials_are_told_apart_from_requests() -> None:
+    """A credentials line decodes as Credentials, a request line as a request; a
+    credentials line with a missing or non-string field is a WireError."""
+    creds = Credentials(Secret("ASIA2"), Secret("sk"), Secret(""))
+    line = encode_credentials(creds)
+    assert line.count(b"\n") == 1
+    assert decode_input(line) == creds
+    assert decode_input(encode_request(4, OP_OBJECT, "r")) == (4, OP_OBJECT, "r")
+    for bad in (b'["credentials","a","b"]', b'["credentials","a","b",3]'):
+        with pytest.raises(WireError, match="credentials"):
+            decode_input(bad)
 
 
 def test_request_round_trip_and_unknown_operation_is_rejected() -> None:
