@@ -108,6 +108,15 @@ def _host_port(value: Any) -> str | None:
     return None
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _bootstrap(value: Any) -> str | None:
     servers = [s.strip() for s in str(value).split(",") if s.strip()]
     if not servers:
@@ -198,7 +207,13 @@ class MediaConfig:
     base_url: str = _setting(
         "http://127.0.0.1:8090", "Media stack base URL (recorder stop signal).", checks=[_http_url]
     )
-    token: Secret = _setting(Secret(""), "Bearer token for the media stack; empty = none. Secret.")
+    token: Secret = _setting(
+        Secret(""), "Bearer token for the media stack; empty = none. Sent only over https://"
+        " unless the host is loopback. Secret.")
+    ca_file: str = _setting(
+        "", "PEM bundle of the CA(s) that sign the media stack's certificate (a private CA);"
+        " empty = the public CAs of certifi. Read when the daemon starts (exit 78 when it"
+        " cannot be loaded).")
     timeout: float = _setting(
         2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive],
         maximum=MINUTE,
@@ -372,6 +387,10 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
         yield (f"postgres.lock_timeout: must be <= statement_timeout "
                f"({format_duration(pg.statement_timeout)}), got "
                f"{format_duration(pg.lock_timeout)}")
+    media = urlsplit(cfg.media.base_url)
+    if cfg.media.token and media.scheme == "http" and not _loopback(media.hostname or ""):
+        yield (f"media.base_url: must be https:// when media.token is set (the token would "
+               f"cross the network in clear text to {media.hostname}), got http://")
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (
