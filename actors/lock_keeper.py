@@ -34,7 +34,7 @@ import psycopg
 import structlog
 import trio
 
-from supervision.errors import InfrastructureError
+from supervision.errors import InfrastructureError, describe
 from supervision.metrics import LOCK_HELD
 from supervision.pgconn import connect
 from supervision.queries import QUERIES
@@ -98,6 +98,7 @@ class CycleOutcome(Generic[R]):
     status: CycleStatus
     job_run_id: str | None = None
     result: R | None = None
+    error: str | None = None  # why, for NO_CONNECTION (the driver's first line)
 
 
 class LockConnection:
@@ -148,9 +149,9 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutc
     except (psycopg.Error, OSError, trio.TooSlowError) as exc:
         lock.discard()
         lock.failures += 1
-        log.warning("lock_connection_failed", job=job.name, error=type(exc).__name__,
+        log.warning("lock_connection_failed", job=job.name, error=describe(exc),
                     failures=lock.failures)
-        return CycleOutcome(CycleStatus.NO_CONNECTION)
+        return CycleOutcome(CycleStatus.NO_CONNECTION, error=describe(exc))
     lock.failures = 0
     if not got:
         log.info("cycle_skipped_locked", job=job.name)

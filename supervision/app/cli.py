@@ -21,7 +21,7 @@ import psycopg
 import tomli_w
 
 from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
-from supervision.errors import ConfigError, SafetynetError
+from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.logs import configure_logging
 from supervision.secrets import Scrubber, secrets_in
 from supervision.terminal import cell, printable
@@ -176,7 +176,7 @@ def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
                              connect_timeout=5) as conn:
             current = read_status(conn, cfg)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         click.echo(json.dumps(current.as_json(), default=str))
     else:
@@ -251,7 +251,7 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
     except UnknownIds as exc:
         _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
     for row in changed:
         if isinstance(row, Released):
             click.echo(printable(
@@ -280,7 +280,7 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
     try:
         items = trio.run(make_plan, cfg, job, limit)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         for item in items:
             click.echo(json.dumps({"id": item.id, "phase": item.phase,

@@ -79,4 +79,5 @@ def _counts(outcome: CycleOutcome[Any]) -> dict[str, Any]:
         return counts
     if outcome.status == CycleStatus.SKIPPED_LOCKED:
         return {"lock": "held_elsewhere"}
-    raise InfrastructureError(f"cycle did not complete: {outcome.status}")
+    why = f" ({outcome.error})" if outcome.error else ""
+    raise InfrastructureError(f"cycle did not complete: {outcome.status}{why}")
