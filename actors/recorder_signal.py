@@ -12,9 +12,10 @@ after the batch that closed the room has committed. Outputs: one
 a time, each bounded by ``media.timeout``. 2xx, 404 and 409 are done; anything else is
 logged (recording id and status or error class: never the URL or the token) and counted
 in ``safetynet_recorder_stop_failed_total`` (``reason="tls"`` when the media stack's
-certificate is not trusted: ``media.ca_file`` is wrong, a configuration fault). Nothing
-is retried and nothing rolls back: the signal is best-effort, recording-finalize drives
-the recording to a terminal state.
+certificate is not trusted: ``media.ca_file`` is wrong, a configuration fault that also
+sets ``safetynet_config_fault{component="media"}`` and /readyz to 503 until a stop gets
+an HTTP answer). Nothing is retried and nothing rolls back: the signal is best-effort,
+recording-finalize drives the recording to a terminal state.
 Restart type: none — it lives for one cycle.
 
 What cancellation does: requests in flight are dropped (their recorders are finalized by
@@ -37,12 +38,14 @@ import trio
 
 from actors.reaper_messages import StopOutcome, StopRecording
 from supervision.config import MediaConfig
+from supervision.health import HEALTH
 from supervision.metrics import RECORDER_STOP_FAILED
 from supervision.tls import verifying_context
 
 log = structlog.get_logger("recorder_signal")
 
 DONE_STATUSES = frozenset({404, 409})
+FAULT = "media"  # the configuration-fault component of an untrusted certificate
 
 
 @asynccontextmanager
@@ -90,10 +93,12 @@ class RecorderSignal:
         except httpx.HTTPError as exc:
             tls = _tls_error(exc)
             if tls is not None:  # a configuration fault (media.ca_file), not an outage
+                HEALTH.set_fault(FAULT, f"tls: {tls} (check media.ca_file)")
                 return StopOutcome(request, False, f"tls:{tls}")
             return StopOutcome(request, False, f"connection:{type(exc).__name__}")
         except Exception as exc:  # best-effort: nothing here may fail a committed cycle
             return StopOutcome(request, False, f"error:{type(exc).__name__}")
+        HEALTH.clear_fault(FAULT)  # the handshake went through (or there was none)
         code = response.status_code
         return StopOutcome(request, 200 <= code < 300 or code in DONE_STATUSES, str(code))
 

@@ -17,6 +17,7 @@ from actors.lock_keeper import CycleContext
 from actors.recorder_signal import open_media_client
 from supervision.config import Config
 from supervision.database import open_database
+from supervision.health import HEALTH
 from tests.conftest import make_config
 from tests.media_stub import MediaStub, serve_media_stub
 from tests.messenger import (
@@ -34,6 +35,12 @@ TOKEN = "media-bearer-token"
 def conn(db_dsn: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(db_dsn, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+def media_fault_cleared() -> Iterator[None]:
+    yield
+    HEALTH.clear_fault("media")
 
 
 @pytest.fixture
@@ -72,17 +79,18 @@ async def test_stop_signal_reaches_the_media_api_over_https_trusting_the_private
     (stop,) = https_media.stops_for(rid)
     assert stop.headers["authorization"] == f"Bearer {TOKEN}"
     assert [e["status"] for e in logs if e["event"] == "recorder_stop_sent"] == ["200"]
-    assert tls_failures() == before
+    assert tls_failures() == before and HEALTH.reason() is None
 
 
 @pytest.mark.parametrize("trusted", ["stranger_ca", "public_cas"])
 async def test_untrusted_media_certificate_is_a_tls_fault_never_a_wrong_verdict(
         db_dsn: str, conn: psycopg.Connection, https_media: MediaStub,
-        stranger_ca: PrivateCa, trusted: str) -> None:
+        private_ca: PrivateCa, stranger_ca: PrivateCa, trusted: str) -> None:
     """media.ca_file names a CA that did not sign the media stack's certificate (or is
     empty: certifi's public CAs): the handshake is refused, no request (and no token)
     reaches the server, the failure is logged and counted as `tls`, and the cycle still
-    ends the room with its event: the verdict does not depend on the signal."""
+    ends the room with its event: the verdict does not depend on the signal. It is a
+    configuration fault (readiness names it) until a stop gets through again."""
     ca_file = str(stranger_ca.ca_file) if trusted == "stranger_ca" else ""
     cfg = make_config(db_dsn, media={"base_url": https_media.base_url, "token": TOKEN,
                                      "ca_file": ca_file})
@@ -100,3 +108,10 @@ async def test_untrusted_media_certificate_is_a_tls_fault_never_a_wrong_verdict(
     assert failure["error"] == "tls:CERTIFICATE_VERIFY_FAILED"
     assert tls_failures() == before + 1
     assert TOKEN not in json.dumps(logs, default=str)
+    assert HEALTH.reason() == ("configuration fault in media: tls: CERTIFICATE_VERIFY_FAILED"
+                               " (check media.ca_file)")
+    fixed = make_config(db_dsn, media={"base_url": https_media.base_url,
+                                       "ca_file": str(private_ca.ca_file)})
+    insert_conference_recording(conn, insert_conference(conn, last_activity_ago=120))
+    await run_cycle(fixed)
+    assert HEALTH.reason() is None and len(https_media.requests) == 1
