@@ -1,5 +1,12 @@
 # safetynet daemon image: slim Python, non-root, `safetynet run` as the entrypoint.
-FROM python:3.11-slim
+#
+# The base is an exact patch tag of the slim Debian (bookworm) Python image. To bump it:
+# change the tag to the newest 3.11.x-slim-bookworm, rebuild, run the tests. The deploying
+# pipeline pins the digest it resolved itself, reading it from the registry (e.g.
+# `docker buildx imagetools inspect python:3.11.17-slim-bookworm`) and building with
+# `FROM python:3.11.17-slim-bookworm@sha256:<that digest>`; never write a digest here
+# that was not read from the registry.
+FROM python:3.11.17-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -7,10 +14,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     SAFETYNET_CONFIG=/etc/safetynet/config.toml
 
 WORKDIR /opt/safetynet
+# The runtime dependencies and the build backend, each at the version and hashes of the
+# lock (see `make lock`), in a layer of their own; then the project without dependencies.
+COPY requirements/runtime.lock ./requirements/
+RUN pip install --no-cache-dir --require-hashes -r requirements/runtime.lock
 COPY pyproject.toml README.md ./
 COPY actors ./actors
 COPY supervision ./supervision
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
     && useradd --system --uid 10001 --no-create-home safetynet \
     && mkdir -p /etc/safetynet
 

@@ -1,20 +1,37 @@
 # Two commands do all the setup on a machine with only Python and pip:
 #   make dev   - install into .venv if needed, then the demo on the embedded stack
 #   make test  - install into .venv if needed, then lint, types and tests
+# The install is locked: every package (runtime, dev and the build backend) at the version
+# and hashes of requirements/dev.lock, then the project itself without dependencies.
+# After changing dependencies in pyproject.toml: `make lock`, and commit both lock files.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+LOCK := requirements/dev.lock
+RUNTIME_LOCK := requirements/runtime.lock
+# universal (every platform's markers), for Python >= 3.11, hashes of every file;
+# LOCK_ARGS=--upgrade (or --upgrade-package NAME) moves pinned versions on
+LOCK_ARGS ?=
+COMPILE := $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 \
+	--generate-hashes $(LOCK_ARGS) pyproject.toml requirements/build.in
 
-.PHONY: install dev test lint types pytest reliability-report bad-input-report clean
+.PHONY: install lock dev test lint types pytest reliability-report bad-input-report clean
 
-$(STAMP): pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# Regenerate both locks from pyproject.toml: pinned versions are kept while pyproject
+# allows them, new dependencies are resolved. The runtime lock (the Docker image's) is
+# constrained to the dev lock's versions, so both install the same runtime.
+lock: $(STAMP)
+	$(COMPILE) --extra dev -o $(LOCK)
+	$(COMPILE) -c $(LOCK) -o $(RUNTIME_LOCK)
 
 dev: $(STAMP)
 	$(VENV)/bin/safetynet dev

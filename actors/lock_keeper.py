@@ -47,7 +47,7 @@ import structlog
 import trio
 
 from supervision.database import Fence
-from supervision.errors import InfrastructureError, LeaseLost
+from supervision.errors import InfrastructureError, LeaseLost, describe
 from supervision.metrics import LEASE_LOST, LEASE_TERM, LOCK_HELD
 from supervision.pgconn import connect
 from supervision.queries import QUERIES
@@ -113,6 +113,7 @@ class CycleOutcome(Generic[R]):
     status: CycleStatus
     job_run_id: str | None = None
     result: R | None = None
+    error: str | None = None  # why, for NO_CONNECTION (the driver's first line)
 
 
 @attrs.frozen
@@ -223,9 +224,9 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutc
     except DB_ERRORS as exc:
         lock.discard()
         lock.failures += 1
-        log.warning("lock_connection_failed", job=job.name, error=type(exc).__name__,
+        log.warning("lock_connection_failed", job=job.name, error=describe(exc),
                     failures=lock.failures)
-        return CycleOutcome(CycleStatus.NO_CONNECTION)
+        return CycleOutcome(CycleStatus.NO_CONNECTION, error=describe(exc))
     lock.failures = 0
     if lease is None:
         log.info("cycle_skipped_locked", job=job.name)

@@ -17,6 +17,7 @@ What cancellation does: the listener closes and in-flight responses are dropped.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -76,8 +77,11 @@ async def serve_metrics_exporter(
 
 
 async def _handle(readiness: Readiness, stream: trio.SocketStream) -> None:
+    """Answer one request; a client that hung up (a scraper's own timeout while /readyz
+    waits on a slow database) only ends its own connection, never the exporter."""
     async with stream:
-        with trio.move_on_after(REQUEST_DEADLINE):
+        with trio.move_on_after(REQUEST_DEADLINE), \
+                contextlib.suppress(trio.BrokenResourceError):
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
             request = await _read_request(conn, stream)
             if request is None:

@@ -28,6 +28,7 @@ import psycopg
 import structlog
 import trio
 
+from supervision.errors import describe
 from supervision.metrics import LISTENER_CONNECTED, LISTENER_RECONNECTS
 from supervision.pgconn import TCP, connect
 from supervision.queries import QUERIES
@@ -82,7 +83,7 @@ async def serve_outbox_listener(
                 abandon_on_cancel=True)
         except (psycopg.Error, OSError) as exc:
             failures += 1
-            log.warning("outbox_listener_lost", error=type(exc).__name__, failures=failures)
+            log.warning("outbox_listener_lost", error=describe(exc), failures=failures)
             if not started:
                 started = True
                 task_status.started()

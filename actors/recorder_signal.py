@@ -11,8 +11,11 @@ after the batch that closed the room has committed. Outputs: one
 ``Authorization: Bearer …`` only when ``media.token`` is set; at most ``concurrency`` at
 a time, each bounded by ``media.timeout``. 2xx, 404 and 409 are done; anything else is
 logged (recording id and status or error class: never the URL or the token) and counted
-in ``safetynet_recorder_stop_failed_total``. Nothing is retried and nothing rolls back:
-the signal is best-effort, recording-finalize drives the recording to a terminal state.
+in ``safetynet_recorder_stop_failed_total`` (``reason="tls"`` when the media stack's
+certificate is not trusted: ``media.ca_file`` is wrong, a configuration fault that also
+sets ``safetynet_config_fault{component="media"}`` and /readyz to 503 until a stop gets
+an HTTP answer). Nothing is retried and nothing rolls back: the signal is best-effort,
+recording-finalize drives the recording to a terminal state.
 Restart type: none — it lives for one cycle.
 
 What cancellation does: requests in flight are dropped (their recorders are finalized by
@@ -25,6 +28,7 @@ towards ``max_run_duration`` (which would delay the next tick and the empty-room
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -34,11 +38,14 @@ import trio
 
 from actors.reaper_messages import StopOutcome, StopRecording
 from supervision.config import MediaConfig
+from supervision.health import HEALTH
 from supervision.metrics import RECORDER_STOP_FAILED
+from supervision.tls import verifying_context
 
 log = structlog.get_logger("recorder_signal")
 
 DONE_STATUSES = frozenset({404, 409})
+FAULT = "media"  # the configuration-fault component of an untrusted certificate
 
 
 @asynccontextmanager
@@ -46,10 +53,14 @@ async def open_media_client(media: MediaConfig) -> AsyncIterator[httpx.AsyncClie
     """The HTTP client of the media stack, closed on every exit path.
 
     ``trust_env=False``: the media stack is an internal service reached directly; a proxy
-    picked up from the environment would see the bearer token.
+    picked up from the environment would see the bearer token. Over https the certificate
+    is verified against ``media.ca_file`` (a private CA) or certifi's public CAs; a bundle
+    that cannot be loaded raises :class:`~supervision.errors.ConfigError` before any
+    request.
     """
     limits = httpx.Limits(max_connections=16, max_keepalive_connections=8)
-    async with httpx.AsyncClient(timeout=media.timeout, limits=limits,
+    verify = verifying_context(media.ca_file, "media.ca_file")
+    async with httpx.AsyncClient(timeout=media.timeout, limits=limits, verify=verify,
                                  trust_env=False) as client:
         yield client
 
@@ -80,9 +91,14 @@ class RecorderSignal:
         except (trio.TooSlowError, httpx.TimeoutException):
             return StopOutcome(request, False, "timeout")
         except httpx.HTTPError as exc:
+            tls = _tls_error(exc)
+            if tls is not None:  # a configuration fault (media.ca_file), not an outage
+                HEALTH.set_fault(FAULT, f"tls: {tls} (check media.ca_file)")
+                return StopOutcome(request, False, f"tls:{tls}")
             return StopOutcome(request, False, f"connection:{type(exc).__name__}")
         except Exception as exc:  # best-effort: nothing here may fail a committed cycle
             return StopOutcome(request, False, f"error:{type(exc).__name__}")
+        HEALTH.clear_fault(FAULT)  # the handshake went through (or there was none)
         code = response.status_code
         return StopOutcome(request, 200 <= code < 300 or code in DONE_STATUSES, str(code))
 
@@ -114,6 +130,16 @@ async def run_recorder_signal(
     if nursery.cancel_scope.cancelled_caught:
         for request in in_flight.values():
             _report(StopOutcome(request, False, "abandoned"))
+
+
+def _tls_error(exc: BaseException) -> str | None:
+    """The TLS failure under an httpx error (its reason, e.g. CERTIFICATE_VERIFY_FAILED)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return str(seen.reason or type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _report(outcome: StopOutcome) -> None:

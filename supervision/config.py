@@ -110,6 +110,15 @@ def _host_port(value: Any) -> str | None:
     return None
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _bootstrap(value: Any) -> str | None:
     servers = [s.strip() for s in str(value).split(",") if s.strip()]
     if not servers:
@@ -313,7 +322,13 @@ class MediaConfig:
     base_url: str = _setting(
         "http://127.0.0.1:8090", "Media stack base URL (recorder stop signal).", checks=[_http_url]
     )
-    token: Secret = _setting(Secret(""), "Bearer token for the media stack; empty = none. Secret.")
+    token: Secret = _setting(
+        Secret(""), "Bearer token for the media stack; empty = none. Sent only over https://"
+        " unless the host is loopback. Secret.")
+    ca_file: str = _setting(
+        "", "PEM bundle of the CA(s) that sign the media stack's certificate (a private CA);"
+        " empty = the public CAs of certifi. Read when the daemon starts (exit 78 when it"
+        " cannot be loaded).")
     timeout: float = _setting(
         2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive],
         maximum=MINUTE,
@@ -500,6 +515,10 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
                f"{format_duration(pg.lock_timeout)}")
     yield from _kafka_checks(cfg.kafka)
     yield from _s3_checks(cfg.s3)
+    media = urlsplit(cfg.media.base_url)
+    if cfg.media.token and media.scheme == "http" and not _loopback(media.hostname or ""):
+        yield (f"media.base_url: must be https:// when media.token is set (the token would "
+               f"cross the network in clear text to {media.hostname}), got http://")
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (
@@ -518,7 +537,7 @@ def _kafka_checks(kafka: KafkaConfig) -> Iterable[str]:
         if protocol is SecurityProtocol.SASL_PLAINTEXT and \
                 kafka.sasl_mechanism is SaslMechanism.PLAIN:
             remote = [s for s in kafka.bootstrap_servers.split(",")
-                      if not _is_loopback(s.strip().rpartition(":")[0])]
+                      if not _loopback(s.strip().rpartition(":")[0])]
             if remote:
                 yield ("kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the "
                        f"password in clear to {remote[0].strip()}; use SASL_SSL or SCRAM")
@@ -559,15 +578,6 @@ def ssl_reason(exc: BaseException) -> str:
     while text.startswith("[") and "] " in text:  # "[Errno 1] [SSL: TAG] words"
         text = text.split("] ", 1)[1]
     return text.split(" (_ssl.c", 1)[0]
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _s3_checks(s3: S3Config) -> Iterable[str]:

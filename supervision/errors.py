@@ -48,3 +48,12 @@ class ConfigurationFault(SafetynetError):
 
 class WireError(SafetynetError):
     """A line on the S3 worker pipe could not be understood."""
+
+
+def describe(exc: BaseException) -> str:
+    """``"<class>: <first line of its message>"``: what a log line or an exit message says
+    about a driver's error (libpq's first line names the cause, e.g. ``SSL error:
+    certificate verify failed``; never a password: libpq does not quote it)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -118,5 +118,5 @@ CR_POISONED = Gauge(
     "Poison conferences held out of the reaper's claim (still active; see safetynet status).")
 RECORDER_STOP_FAILED = Counter(
     "safetynet_recorder_stop_failed",
-    "Recorder stop signals that failed (http_status, timeout, connection, error, abandoned).",
+    "Recorder stop signals that failed (http_status, timeout, connection, tls, error, abandoned).",
     ["reason"])

@@ -17,7 +17,7 @@ from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from tests.logscan import KNOWN_SECRETS, leaks
 
-pytest_plugins = ["tests.stack_fixtures"]
+pytest_plugins = ["tests.pki", "tests.stack_fixtures"]
 
 TEST_SECRETS = {"media-bearer-token", "very-secret-key", "hunter2"}
 

@@ -5,9 +5,10 @@
 ...     ...                                    # POST {media.base_url}/recordings/{id}/stop
 ...     media.requests                         # what it received, in order
 
-HTTP/1.1 with keep-alive over TCP, served by ``trio.serve_tcp`` and h11 on an event loop of
-its own (a background thread, or the main thread with ``python -m tests.media_stub``), so
-the client under test goes through a real socket and a real HTTP parser. It records every
+HTTP/1.1 with keep-alive over TCP (or TLS, given a server context), served by
+``trio.serve_tcp`` and h11 on an event loop of its own (a background thread, or the main
+thread with ``python -m tests.media_stub``), so the client under test goes through a real
+socket and a real HTTP parser. It records every
 request (method, path, headers, JSON body) before answering, so a test that waited for
 the sender to finish sees every request that reached the server. Stops answer 200 unless
 told otherwise; a hung request is held until the stub stops.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import sys
 import threading
 from collections.abc import Iterator
@@ -49,7 +51,8 @@ class StubRequest:
 class MediaStub:
     """What the stand-in received and how it answers; safe to use from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # a server context: HTTPS instead of HTTP
         self._lock = threading.Lock()
         self._requests: list[StubRequest] = []
         self._answers: dict[str, int] = {}
@@ -60,7 +63,7 @@ class MediaStub:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def requests(self) -> list[StubRequest]:
@@ -91,7 +94,7 @@ class MediaStub:
             rid = request.recording_id or ""
             return self._answers.get(rid, 200), rid in self._hanging, rid in self._garbage
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         conn = h11.Connection(h11.SERVER)
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
                                  h11.RemoteProtocolError):
@@ -114,7 +117,7 @@ class MediaStub:
                     else:  # ConnectionClosed, PAUSED
                         return
 
-    async def _respond(self, stream: trio.SocketStream, conn: h11.Connection,
+    async def _respond(self, stream: trio.abc.Stream, conn: h11.Connection,
                        head: h11.Request, raw: bytes) -> None:
         try:
             body: Any = json.loads(raw) if raw else None
@@ -143,19 +146,26 @@ class MediaStub:
         """Serve on a free loopback port until cancelled."""
         try:
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(partial(
-                    trio.serve_tcp, self._serve_connection, 0, host="127.0.0.1",
-                    backlog=128))
-                self.port = listeners[0].socket.getsockname()[1]
+                if self.tls is None:
+                    listeners = await nursery.start(partial(
+                        trio.serve_tcp, self._serve_connection, 0, host="127.0.0.1",
+                        backlog=128))
+                    self.port = listeners[0].socket.getsockname()[1]
+                else:  # a failed handshake ends in BrokenResourceError, suppressed per stream
+                    listeners = await nursery.start(partial(
+                        trio.serve_ssl_over_tcp, self._serve_connection, 0, self.tls,
+                        host="127.0.0.1", backlog=128))
+                    self.port = listeners[0].transport_listener.socket.getsockname()[1]
                 task_status.started()
         finally:
             self.stopped.set()
 
 
 @contextlib.contextmanager
-def serve_media_stub() -> Iterator[MediaStub]:
-    """The stand-in on its own Trio loop in a background thread, stopped on every exit."""
-    stub = MediaStub()
+def serve_media_stub(tls: ssl.SSLContext | None = None) -> Iterator[MediaStub]:
+    """The stand-in on its own Trio loop in a background thread, stopped on every exit;
+    over HTTPS with the server context *tls*."""
+    stub = MediaStub(tls)
     ready = threading.Event()
     loop: dict[str, Any] = {}
 

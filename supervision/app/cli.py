@@ -21,7 +21,7 @@ import psycopg
 import tomli_w
 
 from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
-from supervision.errors import ConfigError, SafetynetError
+from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.logs import configure_logging
 from supervision.secrets import Scrubber, secrets_in
 from supervision.terminal import cell, printable
@@ -102,7 +102,14 @@ def run(config_files: tuple[Path, ...]) -> None:
     cfg = _load(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     configure_tracing(cfg.tracing)
-    sys.exit(trio.run(run_daemon, cfg))
+    problems: list[str] = []
+    code = EXIT_CONFIG
+    try:
+        code = trio.run(run_daemon, cfg)
+    except* ConfigError as group:  # a file the config names (a CA bundle) cannot be loaded
+        problems = _problems(group)
+    _exit_if_misconfigured(problems)
+    sys.exit(code)
 
 
 @main.command("run-once")
@@ -118,13 +125,35 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
     counts: dict[str, object] = {}
+    problems: list[str] = []
     try:
         counts = trio.run(run_one_cycle, cfg, job)
+    except* ConfigError as group:
+        problems = _problems(group)
     except* (SafetynetError, psycopg.Error, OSError, RuntimeError) as group:
         failure = _first_error(group)
+    _exit_if_misconfigured(problems)
     if failure is not None:
         _fail(failure, cfg=cfg)
     click.echo(json.dumps(counts, sort_keys=False))
+
+
+def _problems(group: BaseExceptionGroup[ConfigError]) -> list[str]:
+    return [p for exc in _leaves(group) if isinstance(exc, ConfigError) for p in exc.problems]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _exit_if_misconfigured(problems: list[str]) -> None:
+    """Exit 78 with one line per problem, as for an invalid config file."""
+    if problems:
+        for problem in problems:
+            click.echo(f"config error: {problem}", err=True)
+        sys.exit(EXIT_CONFIG)
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> str:
@@ -147,7 +176,7 @@ def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
                              connect_timeout=5) as conn:
             current = read_status(conn, cfg)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         click.echo(json.dumps(current.as_json(), default=str))
     else:
@@ -222,7 +251,7 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
     except UnknownIds as exc:
         _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
     for row in changed:
         if isinstance(row, Released):
             click.echo(printable(
@@ -251,7 +280,7 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
     try:
         items = trio.run(make_plan, cfg, job, limit)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         for item in items:
             click.echo(json.dumps({"id": item.id, "phase": item.phase,

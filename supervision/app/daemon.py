@@ -29,12 +29,15 @@ POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
 
 @asynccontextmanager
 async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
-    """Bridge, PostgreSQL pool, S3 client and Kafka producer, closed on every exit path."""
-    async with open_asyncio_bridge(), \
+    """Bridge, PostgreSQL pool, S3 client and Kafka producer, closed on every exit path.
+
+    The media client comes first: a CA bundle it cannot load (``media.ca_file``) is a
+    :class:`~supervision.errors.ConfigError` before anything else starts."""
+    async with open_media_client(cfg.media) as media_http, open_asyncio_bridge(), \
             open_database(conninfo(cfg.postgres, "safetynet"), size=POOL_SIZE,
                           connect_timeout=cfg.postgres.connect_timeout,
                           deadline=client_deadline(cfg.postgres)) as db, \
-            open_object_store(cfg.s3) as store, open_media_client(cfg.media) as media_http:
+            open_object_store(cfg.s3) as store:
         producer = KafkaProducer(cfg.kafka)
         try:
             yield Resources(cfg, db, store, producer, media_http, Wakeup())
@@ -76,4 +79,5 @@ def _counts(outcome: CycleOutcome[Any]) -> dict[str, Any]:
         return counts
     if outcome.status == CycleStatus.SKIPPED_LOCKED:
         return {"lock": "held_elsewhere"}
-    raise InfrastructureError(f"cycle did not complete: {outcome.status}")
+    why = f" ({outcome.error})" if outcome.error else ""
+    raise InfrastructureError(f"cycle did not complete: {outcome.status}{why}")

