@@ -208,8 +208,8 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
             "SELECT table_schema, table_name FROM information_schema.tables "
             "WHERE table_schema IN ('messenger', 'safetynet') ORDER BY 1, 2").fetchall()
     assert tables == [("messenger", t) for t in sorted(EXPECTED_COLUMNS)] + [
-        ("safetynet", "conference_poison"), ("safetynet", "outbox_dead_letters"),
-        ("safetynet", "schema_migrations")]
+        ("safetynet", "conference_poison"), ("safetynet", "leases"),
+        ("safetynet", "outbox_dead_letters"), ("safetynet", "schema_migrations")]
 
 
 def test_edited_migration_is_refused(empty_db_dsn: str) -> None:
@@ -228,10 +228,10 @@ def test_migrate_command_applies_then_reports_up_to_date(empty_db_dsn: str) -> N
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.splitlines() == ["applied 0001_messenger_schema",
-                                         "applied 0002_outbox_relay",
-                                         "applied 0003_conference_poison",
-                                         "applied 0004_finalize_classify"]
+    names = [f"{m.version:04d}_{m.name}" for m in migrations()]
+    assert names[:5] == ["0001_messenger_schema", "0002_outbox_relay",
+                         "0003_conference_poison", "0004_finalize_classify", "0005_leases"]
+    assert first.stdout.splitlines() == [f"applied {name}" for name in names]
     assert (second.returncode, second.stdout.strip()) == (0, "schema is up to date")
 
 
