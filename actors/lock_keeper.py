@@ -123,7 +123,7 @@ class Lease:
     job: str
     term: int
     previous_holder: str | None = None
-    previous_expired: bool = True
+    previous_state: str = "released"  # released | expired | session_gone
     advisory: bool = False  # this session also holds the job's advisory lock
 
     @property
@@ -192,7 +192,7 @@ class LockConnection:
             if got_lock:
                 await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
             return None
-        return Lease(job.name, int(row[0]), row[1], bool(row[2]), bool(got_lock))
+        return Lease(job.name, int(row[0]), row[1], str(row[2]), bool(got_lock))
 
     async def renew(self, job: LockedJob[Any], lease: Lease, limit: float) -> bool:
         """Extend the lease by ``lock_ttl``; False when its term is no longer live."""
@@ -235,10 +235,10 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutc
     run_id = str(uuid.uuid4())
     LOCK_HELD.labels(job=job.name).set(1)
     LEASE_TERM.labels(job=job.name).set(lease.term)
-    if lease.previous_holder not in (None, lock.holder):
-        log.info("lease_taken_over", job=job.name, term=lease.term,
-                 previous_holder=lease.previous_holder,
-                 previous_expired=lease.previous_expired)
+    if lease.previous_state != "released" and lease.previous_holder not in (None, lock.holder):
+        # the previous holder did not give it back: it froze past its TTL, or it is gone
+        log.warning("lease_taken_over", job=job.name, term=lease.term,
+                    previous_holder=lease.previous_holder, how=lease.previous_state)
     lost: CycleStatus | None = None
     result: R | None = None
     try:

@@ -82,7 +82,7 @@ async def test_frozen_holder_is_replaced_once_its_lease_expires_without_killing_
     assert await standby.acquire(job) is None  # live holder, live session
     second = await retry_acquire(standby, job)
     assert second.term == 2 and second.previous_holder == frozen.holder
-    assert second.previous_expired
+    assert second.previous_state == "expired"
     assert advisory_holders(db_dsn, "t-frozen") != []  # still the frozen one's session
     frozen.discard()
     standby.discard()
@@ -90,13 +90,25 @@ async def test_frozen_holder_is_replaced_once_its_lease_expires_without_killing_
 
 async def test_a_holder_whose_session_ended_loses_its_lease_at_once(db_dsn: str) -> None:
     """The holder's lock session ends (killed, or the process died): its lease is free long
-    before its TTL, so a crash costs no take-over delay."""
-    job = make_job("t-gone", ttl=300.0)
+    before its TTL, so a crash costs no take-over delay; the take-over is logged."""
+    ran: list[int] = []
+
+    async def cycle(ctx: CycleContext) -> None:
+        assert ctx.fence is not None
+        ran.append(ctx.fence.term)
+
+    job = make_job("t-gone", cycle, ttl=300.0)
     gone, standby = LockConnection(db_dsn), LockConnection(db_dsn)
     assert await gone.acquire(job) is not None
     gone.discard()
-    lease = await retry_acquire(standby, job)
-    assert lease.term == 2 and not lease.previous_expired
+    with structlog.testing.capture_logs() as logs, trio.fail_after(5):
+        for _ in range(100):  # as a keeper's ticks would
+            if (await run_locked_cycle(job, standby)).status is CycleStatus.RAN:
+                break
+            await trio.sleep(0.05)
+    assert ran == [2]
+    (taken,) = [e for e in logs if e["event"] == "lease_taken_over"]
+    assert (taken["how"], taken["previous_holder"]) == ("session_gone", gone.holder)
     standby.discard()
 
 
@@ -237,7 +249,11 @@ async def test_a_cycle_that_ends_gives_the_lease_back(db_dsn: str) -> None:
     outcome = await run_locked_cycle(job, first)
     assert outcome.status is CycleStatus.RAN
     assert advisory_holders(db_dsn, "t-release") == []
-    lease = await second.acquire(job)
-    assert lease is not None and lease.term == 2
+    with structlog.testing.capture_logs() as logs:
+        outcome = await run_locked_cycle(job, second)
+    assert outcome.status is CycleStatus.RAN
+    lease = await first.acquire(job)
+    assert lease is not None and lease.term == 3 and lease.previous_state == "released"
+    assert "lease_taken_over" not in [e["event"] for e in logs]  # given back, not taken
     first.discard()
     second.discard()

@@ -24,10 +24,11 @@ CREATE TABLE safetynet.leases (
 -- changes at once, which fences whatever that daemon still has in flight). The row is
 -- locked FOR UPDATE SKIP LOCKED: while any fenced transaction of the current term is in
 -- flight (it holds FOR KEY SHARE), nobody can take the lease, so every write of a term
--- commits before the next term starts. Returns the new term and the previous holder, or
--- no row when the lease is held.
+-- commits before the next term starts. Returns the new term, the previous holder and how
+-- it let go ('released' at the end of its cycle, 'expired' without a renewal, or
+-- 'session_gone' before its TTL), or no row when the lease is held.
 CREATE FUNCTION safetynet.lease_acquire(p_job text, p_holder text, p_ttl float8)
-RETURNS TABLE (term bigint, previous_holder text, previous_expired boolean)
+RETURNS TABLE (term bigint, previous_holder text, previous_state text)
 LANGUAGE plpgsql AS $$
 DECLARE
     cur safetynet.leases%ROWTYPE;
@@ -50,7 +51,9 @@ BEGIN
      WHERE l.job = p_job;
     term := cur.term + 1;
     previous_holder := nullif(cur.holder, '');
-    previous_expired := cur.expires_at <= now_;
+    previous_state := CASE WHEN cur.expires_at = '-infinity' THEN 'released'
+                           WHEN cur.expires_at <= now_ THEN 'expired'
+                           ELSE 'session_gone' END;
     RETURN NEXT;
 END;
 $$;

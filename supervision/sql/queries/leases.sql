@@ -1,7 +1,7 @@
 -- name: lease_acquire --
 -- The job's lease for lock_ttl seconds (see migration 0005): one row (term, the previous
--- holder, whether it had expired) when taken, no row when another live holder has it.
-SELECT term, previous_holder, previous_expired
+-- holder, how it let go) when taken, no row when another live holder has it.
+SELECT term, previous_holder, previous_state
 FROM safetynet.lease_acquire(%(job)s, %(holder)s, %(ttl)s);
 
 -- name: lease_renew --
@@ -12,9 +12,10 @@ UPDATE safetynet.leases
 RETURNING term;
 
 -- name: lease_release --
--- Gives the lease back at the end of a cycle (the next tick of any daemon may take it).
+-- Gives the lease back at the end of a cycle (the next tick of any daemon may take it);
+-- -infinity tells a lease given back from one that ran out.
 UPDATE safetynet.leases
-   SET expires_at = clock_timestamp()
+   SET expires_at = '-infinity'
  WHERE job = %(job)s AND term = %(term)s AND expires_at > clock_timestamp()
 RETURNING term;
 
