@@ -21,6 +21,15 @@ traceback: inside :func:`quiet_teardown`, SIGTERM/SIGINT stay ignored from serve
 return until the block exits, which puts the previous handlers back. Without it, serve_root
 leaves the handlers as it found them.
 
+Reload (SIGHUP, when the caller passes *reload*): the caller re-reads its configuration
+and returns the tree to run from now on (or None: refused or unchanged, the tree runs on).
+The running tree is then stopped as on a SIGTERM, but only the tree: in-flight
+``must_complete`` blocks commit, lock keepers release their locks, and ``shutdown_grace``
+later whatever still runs of it is hard-stopped; then the new tree starts in the same
+process. ``/healthz`` stays up meanwhile (the exporter is a child: it is down for the
+moment between the two trees). A SIGHUP while the old tree is still stopping replaces the
+tree waiting to start; a SIGHUP during shutdown is ignored.
+
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
 """
@@ -30,8 +39,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
+import attrs
 import structlog
 import trio
 
@@ -45,6 +55,9 @@ log = structlog.get_logger("runtime")
 EXIT_OK = 0
 EXIT_FAILED = 1
 SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELOAD_SIGNAL = signal.SIGHUP
+
+Reload = Callable[[], Awaitable[SupervisorSpec | None]]
 
 _QUIET_TEARDOWN = contextvars.ContextVar("quiet_teardown", default=False)
 
@@ -52,10 +65,12 @@ _QUIET_TEARDOWN = contextvars.ContextVar("quiet_teardown", default=False)
 @contextlib.contextmanager
 def quiet_teardown() -> Iterator[None]:
     """Around serve_root and the teardown after it: late SIGTERM/SIGINT are ignored from
-    serve_root's return until this block exits; then the handlers in force at entry are
-    back."""
-    previous = {signum: signal.getsignal(signum) for signum in SHUTDOWN_SIGNALS}
+    serve_root's return until this block exits, SIGHUP whenever serve_root is not
+    running; then the handlers in force at entry are back."""
+    previous = {signum: signal.getsignal(signum)
+                for signum in (*SHUTDOWN_SIGNALS, RELOAD_SIGNAL)}
     token = _QUIET_TEARDOWN.set(True)
+    signal.signal(RELOAD_SIGNAL, signal.SIG_IGN)  # before and after the tree: no reload
     try:
         yield
     finally:
@@ -64,22 +79,47 @@ def quiet_teardown() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
-    """Run *tree* until a signal stops it (0) or it fails (1)."""
+@attrs.define(eq=False)
+class _Generation:
+    """One run of a tree: the scope that stops it softly, the guard that hard-stops it."""
+
+    spec: SupervisorSpec
+    guard: StopGuard
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    successor: SupervisorSpec | None = None  # a reload's tree, started once this one ends
+
+
+async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
+                     reload: Reload | None = None) -> int:
+    """Run *tree* until a signal stops it (0) or it fails (1); with *reload*, SIGHUP
+    swaps the tree for the one *reload* returns (see the module docstring)."""
     guard = StopGuard()
     failure: RestartIntensityExceeded | None = None
     HEALTH.set_root(RootState.RUNNING)
+    signums = (*SHUTDOWN_SIGNALS, RELOAD_SIGNAL) if reload is not None else SHUTDOWN_SIGNALS
 
     def escalating(exc: RestartIntensityExceeded) -> None:
         HEALTH.set_root(RootState.ESCALATING, f"{exc.actor} exceeded its restart intensity")
     try:
-        with guarded_by(guard), trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
+        with guarded_by(guard), trio.open_signal_receiver(*signums) as signals:
             async with trio.open_nursery() as nursery:
-                tree_scope = trio.CancelScope()
+                current = _Generation(tree, guard.child())
+                shutting_down = False
 
-                async def run_tree() -> None:
-                    with tree_scope:
-                        await serve_supervisor(tree, on_escalation=escalating)
+                async def run_trees() -> None:
+                    nonlocal current
+                    while True:
+                        try:
+                            with current.scope, guarded_by(current.guard):
+                                await serve_supervisor(current.spec, on_escalation=escalating)
+                        finally:
+                            current.guard.detach()
+                            current.done.set()
+                        if shutting_down or current.successor is None:
+                            break
+                        current = _Generation(current.successor, guard.child())
+                        log.info("tree_restarted", supervisor=current.spec.name)
                     nursery.cancel_scope.cancel()
 
                 async def hard_stop_after_grace() -> None:
@@ -88,15 +128,36 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
                         log.warning("shutdown_grace_expired", in_flight=guard.in_flight)
                     guard.hard_stop()
 
-                nursery.start_soon(run_tree)
+                async def hard_stop_generation_after_grace(old: _Generation) -> None:
+                    with trio.move_on_after(shutdown_grace) as waited:
+                        await old.done.wait()
+                    if waited.cancelled_caught:
+                        log.warning("reload_grace_expired", in_flight=old.guard.in_flight)
+                        old.guard.hard_stop()
+
+                nursery.start_soon(run_trees)
                 log.info("daemon_started", supervisor=tree.name)
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if not tree_scope.cancel_called:
+                    if signum == RELOAD_SIGNAL:
+                        assert reload is not None
+                        if shutting_down:
+                            log.info("reload_ignored", signal=name, reason="shutting down")
+                            continue
+                        successor = await reload()
+                        if successor is None or shutting_down:
+                            continue
+                        stopping = current.successor is not None
+                        current.successor = successor
+                        if not stopping:
+                            current.scope.cancel()
+                            nursery.start_soon(hard_stop_generation_after_grace, current)
+                    elif not shutting_down:
+                        shutting_down = True
                         log.info("shutdown_requested", signal=name,
                                  grace_s=shutdown_grace)
                         HEALTH.set_root(RootState.SHUTTING_DOWN, name)
-                        tree_scope.cancel()
+                        current.scope.cancel()
                         nursery.start_soon(hard_stop_after_grace)
                     else:
                         log.warning("shutdown_forced", signal=name, in_flight=guard.in_flight)
@@ -105,7 +166,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float) -> int:
         failure = _first_leaf(group)
     finally:
         if _QUIET_TEARDOWN.get():  # quiet_teardown() puts the handlers back after it
-            for signum in SHUTDOWN_SIGNALS:
+            for signum in (*SHUTDOWN_SIGNALS, RELOAD_SIGNAL):
                 signal.signal(signum, signal.SIG_IGN)
     if failure is not None:
         log.critical("daemon_failed", actor=failure.actor, supervisor=failure.supervisor,

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -94,7 +95,8 @@ def migrate(config_files: tuple[Path, ...]) -> None:
 @main.command()
 @_config_option
 def run(config_files: tuple[Path, ...]) -> None:
-    """Run the daemon: the whole supervised tree until SIGTERM/SIGINT."""
+    """Run the daemon: the whole supervised tree until SIGTERM/SIGINT; SIGHUP re-reads the
+    configuration files."""
     import trio
 
     from supervision.app.daemon import run_daemon
@@ -102,10 +104,11 @@ def run(config_files: tuple[Path, ...]) -> None:
     cfg = _load(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     configure_tracing(cfg.tracing)
+    paths = config_paths(config_files, os.environ)
     problems: list[str] = []
     code = EXIT_CONFIG
     try:
-        code = trio.run(run_daemon, cfg)
+        code = trio.run(run_daemon, cfg, partial(load_config, paths, dict(os.environ)))
     except* ConfigError as group:  # a file the config names (a CA bundle) cannot be loaded
         problems = _problems(group)
     _exit_if_misconfigured(problems)

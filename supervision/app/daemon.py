@@ -4,10 +4,11 @@ resources, run the tree (or one cycle) inside them, map outcomes to exit codes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from actors.kafka_producer import KafkaProducer
@@ -15,6 +16,7 @@ from actors.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_lo
 from actors.outbox_relay import run_relay_until_drained
 from actors.recorder_signal import open_media_client
 from actors.s3.process import open_object_store
+from supervision.app.reload import reloader
 from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
 from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
@@ -22,6 +24,7 @@ from supervision.database import open_database
 from supervision.errors import InfrastructureError
 from supervision.pgconn import client_deadline, conninfo
 from supervision.runtime import quiet_teardown, serve_root
+from supervision.spec import SupervisorSpec
 from supervision.wakeup import Wakeup
 
 POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
@@ -46,11 +49,21 @@ async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
                 await producer.stop()
 
 
-async def run_daemon(cfg: Config) -> int:
-    """``safetynet run``: the supervised tree until SIGTERM/SIGINT. Returns the exit code."""
+async def run_daemon(cfg: Config, load: Callable[[], Config] | None = None) -> int:
+    """``safetynet run``: the supervised tree until SIGTERM/SIGINT. Returns the exit code.
+
+    With *load* (re-reads the configuration; raises ``ConfigError``), SIGHUP rebuilds the
+    tree from what it returns over the same resources (:mod:`supervision.app.reload`)."""
     with quiet_teardown():
         async with open_resources(cfg) as res:
-            return await serve_root(build_tree(res), cfg.supervision.shutdown_grace)
+            reload = None
+            if load is not None:
+                next_config = reloader(cfg, load)
+
+                async def reload() -> SupervisorSpec | None:
+                    new = await next_config()
+                    return None if new is None else build_tree(attrs.evolve(res, cfg=new))
+            return await serve_root(build_tree(res), cfg.supervision.shutdown_grace, reload)
 
 
 async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:

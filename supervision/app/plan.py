@@ -2,33 +2,36 @@
 
 For recording-finalize it runs the claim's selection and phase decision read-only and
 HEADs each object that a reconcile would HEAD; for the conference reaper it lists the due
-conferences by phase; for the relay, the next rows and whether they are held. Nothing is
-locked or written: on a first deployment against a production database this is how an
-operator sees what the daemon is about to do, and why.
+conferences by phase (``safetynet.conference_phase``, the windows' one definition); for the
+relay, the next rows and whether a dead letter holds them. Nothing is locked or written:
+on a first deployment against a production database this is how an operator sees what
+the daemon is about to do, and why (the ages and thresholds compared:
+:mod:`supervision.app.plan_items`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import psycopg
 import trio
 from psycopg.rows import dict_row
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
-from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
+from actors.s3.objectstore import Fault, Transient
 from actors.s3.process import open_object_store
+from supervision.app.plan_items import (
+    PlanItem,
+    conference_item,
+    finalize_item,
+    outbox_item,
+    reconcile_item,
+    storage_down_item,
+)
 from supervision.config import Config
 from supervision.queries import QUERIES
 
-
-@attrs.frozen
-class PlanItem:
-    id: str
-    phase: str
-    decision: str
-    why: str
+__all__ = ["PlanItem", "plan"]
 
 
 def _rows(dsn: str, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -46,29 +49,10 @@ async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
         rows = await trio.to_thread.run_sync(_rows, dsn, "plan_conference_sessions", {
             "empty_room_grace": cr.empty_room_grace, "provision_timeout": cr.provision_timeout,
             "stale_live_timeout": cr.stale_live_timeout, "limit": limit})
-        decisions = {"empty-room": ("Ended/EmptyTimeout + conference-ended event",
-                                    "Active, nobody in it past empty_room_grace"),
-                     "provision-timeout": ("Failed/Error, no event",
-                                           "Provisioning past provision_timeout"),
-                     "stale-live": ("Ended/Timeout + conference-ended event",
-                                    "no activity past stale_live_timeout")}
-        items = []
-        for row in rows:
-            decision, why = decisions[row["phase"]]
-            if row["poison_held"]:
-                decision = "held back (poison)"
-                why = f"{row['poison_reason']}; retried after {row['poison_retry_at']}"
-            elif row["recording_active"]:
-                decision += " + recorder stop signal"
-            items.append(PlanItem(str(row["id"]), row["phase"], decision, why))
-        return items
+        return [conference_item(row, cr) for row in rows]
     rows = await trio.to_thread.run_sync(_rows, dsn, "plan_integration_outbox",
                                          {"limit": limit})
-    return [PlanItem(str(r["id"]), "publish",
-                     "held" if r["held"] else "send to Kafka",
-                     "key blocked behind a dead letter" if r["held"] else
-                     f"{r['topic']} key {r['message_key']}, attempts {r['publish_attempts']}")
-            for r in rows]
+    return [outbox_item(row) for row in rows]
 
 
 async def _plan_finalize(cfg: Config, dsn: str, limit: int) -> list[PlanItem]:
@@ -80,42 +64,12 @@ async def _plan_finalize(cfg: Config, dsn: str, limit: int) -> list[PlanItem]:
     async with open_object_store(cfg.s3) as store:
         probe = await store.probe()
         for row in rows:
-            rid, phase = str(row["recording_id"]), row["phase"]
-            if phase == "poison":
-                items.append(PlanItem(rid, phase, "quarantine", row["poison_reason"]))
-            elif phase == "wait":
-                why = ("session not ended" if row["session_ended_at"] is None
-                       else "session ended less than finalize_sla_timeout ago")
-                items.append(PlanItem(rid, phase, "reschedule (not an attempt)", why))
-            elif phase == "terminal":
-                if row["recording_status"] == "Available" and not row["has_event"]:
-                    items.append(PlanItem(rid, "republish", "enqueue event, close row",
-                                          "Available without its event"))
-                else:
-                    items.append(PlanItem(rid, phase, "close row",
-                                          f"already {row['recording_status']}"))
-            elif isinstance(probe, Fault):
-                items.append(PlanItem(rid, phase, "nothing (configuration fault)",
-                                      probe.error))
-            elif isinstance(probe, Transient):
-                items.append(PlanItem(rid, phase, "nothing (object storage down)",
-                                      probe.error))
+            settled = finalize_item(row, rf)
+            if settled is not None:
+                items.append(settled)
+            elif isinstance(probe, Fault | Transient):
+                items.append(storage_down_item(row, probe))
             else:
-                items.append(_reconcile_item(rid, row, await store.head_recording(rid),
-                                             rf.max_attempts))
+                items.append(reconcile_item(
+                    row, await store.head_recording(str(row["recording_id"])), rf))
     return items
-
-
-def _reconcile_item(rid: str, row: dict[str, Any], head: Any, max_attempts: int) -> PlanItem:
-    if isinstance(head, Found):
-        return PlanItem(rid, "reconcile", "Available + event",
-                        f"binary found ({head.size_bytes} bytes, {head.format})")
-    if isinstance(head, Missing):
-        return PlanItem(rid, "reconcile", "Failed/Timeout", "no binary after the SLA")
-    if isinstance(head, Poison):
-        return PlanItem(rid, "reconcile", "quarantine", f"object:{head.error}")
-    if isinstance(head, Fault):
-        return PlanItem(rid, "reconcile", "nothing (configuration fault)", head.error)
-    if row["attempts"] + 1 >= max_attempts:
-        return PlanItem(rid, "reconcile", "quarantine", f"s3:{head.error} at max_attempts")
-    return PlanItem(rid, "reconcile", "retry after back-off", f"s3:{head.error}")

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from supervision.runtime import EXIT_OK, SHUTDOWN_SIGNALS, quiet_teardown, serve_root
+from supervision.shielding import must_complete
 from supervision.spec import ChildSpec, SupervisorSpec
 
 
@@ -61,3 +63,83 @@ async def test_late_signals_are_ignored_until_the_quiet_teardown_ends() -> None:
         assert await serve_until_sigterm() == EXIT_OK
         assert handlers() == dict.fromkeys(SHUTDOWN_SIGNALS, signal.SIG_IGN)
     assert handlers() == before
+
+
+def sighup_handler_restored() -> Any:
+    return signal.getsignal(signal.SIGHUP)
+
+
+async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> None:
+    """SIGHUP: the old tree's must-complete work in flight finishes, its children stop,
+    and only then does the tree reload returned start; SIGTERM then stops it with 0."""
+    order: list[str] = []
+    running = {"old": trio.Event(), "new": trio.Event()}
+    reloaded, release = trio.Event(), trio.Event()
+
+    def child(name: str) -> Any:
+        async def serve(task_status: Any) -> None:
+            task_status.started()
+            order.append(f"{name} started")
+            try:
+                async with must_complete():
+                    running[name].set()
+                    if name == "old":
+                        await release.wait()  # in flight when the reload lands
+                    order.append(f"{name} committed")
+                await trio.sleep_forever()
+            finally:
+                order.append(f"{name} stopped")
+        return serve
+
+    async def reload() -> SupervisorSpec | None:
+        order.append("reload")
+        reloaded.set()
+        return SupervisorSpec("root", [ChildSpec("new", child("new"))])
+
+    before = sighup_handler_restored()
+    async with trio.open_nursery() as nursery:
+        async def drive() -> None:
+            await running["old"].wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            await reloaded.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            await running["new"].wait()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        nursery.start_soon(drive)
+        code = await serve_root(SupervisorSpec("root", [ChildSpec("old", child("old"))]),
+                                60, reload)
+    assert code == EXIT_OK
+    assert order == ["old started", "reload", "old committed", "old stopped",
+                     "new started", "new committed", "new stopped"]
+    assert sighup_handler_restored() == before
+
+
+async def test_a_refused_reload_leaves_the_tree_running() -> None:
+    """When reload returns None (invalid or unchanged configuration) nothing restarts."""
+    starts: list[int] = []
+    reloaded, running = trio.Event(), trio.Event()
+
+    async def serve(task_status: Any) -> None:
+        starts.append(1)
+        task_status.started()
+        running.set()
+        await trio.sleep_forever()
+
+    async def reload() -> SupervisorSpec | None:
+        reloaded.set()
+        return None
+
+    async with trio.open_nursery() as nursery:
+        async def drive() -> None:
+            await running.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            await reloaded.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        nursery.start_soon(drive)
+        code = await serve_root(SupervisorSpec("root", [ChildSpec("only", serve)]), 60,
+                                reload)
+    assert code == EXIT_OK and starts == [1]

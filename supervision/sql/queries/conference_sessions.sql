@@ -206,13 +206,11 @@ LEFT JOIN ob ON ob.dedupe_key = j.id::text;
 
 -- name: conference_sessions_active_backlog --
 -- messenger_conf_reaper_active_backlog: active conferences whose window is exceeded now
--- (on the database clock), whatever the phase; one scan of ix_conf_active.
+-- (on the database clock), whatever the phase (safetynet.conference_phase, the windows'
+-- one definition); one scan of ix_conf_active.
 SELECT count(*)
 FROM messenger.conference_sessions c
 WHERE c.status IN ('Provisioning', 'Active')
-  AND ((c.status = 'Active' AND c.active_participant_count = 0
-        AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second')
-       OR (c.status = 'Provisioning'
-           AND c.created_at <= now() - %(provision_timeout)s * interval '1 second')
-       OR (c.status = 'Active'
-           AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'));
+  AND safetynet.conference_phase(
+          c.status, c.active_participant_count, c.last_activity_at, c.created_at, now(),
+          %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s) IS NOT NULL;

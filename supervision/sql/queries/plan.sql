@@ -3,6 +3,7 @@
 -- locks or writes (rows another runner holds right now are listed too).
 SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at, c.recording_status,
        c.session_ended_at, c.phase, c.poison_reason,
+       extract(epoch FROM now() - c.session_ended_at)::float8 AS ended_s,
        EXISTS (SELECT 1 FROM messenger.integration_outbox o
                WHERE o.topic = %(topic)s AND o.dedupe_key = a.recording_id::text)
            AS has_event
@@ -14,43 +15,48 @@ ORDER BY a.next_attempt_at, a.id
 LIMIT %(limit)s;
 
 -- name: plan_conference_sessions --
--- Dry run of the reaper's three phases, in phase order, each conference in the first
--- phase whose predicate it meets (as the reaper's status guard would have it); a poison
--- conference still backed off is held (safetynet.conference_poison).
-SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at,
-       CASE
-           WHEN c.status = 'Active' AND c.active_participant_count = 0
-                AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second'
-               THEN 'empty-room'
-           WHEN c.status = 'Provisioning'
-                AND c.created_at <= now() - %(provision_timeout)s * interval '1 second'
-               THEN 'provision-timeout'
-           ELSE 'stale-live'
-       END AS phase,
+-- Dry run of the reaper's three phases: each active conference in the phase
+-- safetynet.conference_phase puts it in (the one definition of the windows; the claims
+-- agree with it, see its migration), in phase order, with the ages the windows were
+-- compared with; a poison conference still backed off is held (safetynet.conference_poison).
+SELECT k.id, k.status, k.active_participant_count, k.phase,
+       extract(epoch FROM k.now - k.last_activity_at)::float8 AS idle_s,
+       extract(epoch FROM k.now - k.created_at)::float8 AS age_s,
        EXISTS (SELECT 1 FROM messenger.call_recordings r
-               WHERE r.session_kind = 'Conference' AND r.session_id = c.id
+               WHERE r.session_kind = 'Conference' AND r.session_id = k.id
                  AND r.status IN ('Pending', 'Recording', 'Uploading')) AS recording_active,
-       p.next_attempt_at > now() AS poison_held, p.reason AS poison_reason,
+       p.next_attempt_at > k.now AS poison_held, p.reason AS poison_reason,
        p.next_attempt_at AS poison_retry_at
-FROM messenger.conference_sessions c
-LEFT JOIN safetynet.conference_poison p ON p.conference_id = c.id
-WHERE c.status IN ('Provisioning', 'Active')
-  AND ((c.status = 'Active' AND c.active_participant_count = 0
-        AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second')
-       OR (c.status = 'Provisioning'
-           AND c.created_at <= now() - %(provision_timeout)s * interval '1 second')
-       OR (c.status = 'Active'
-           AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'))
-ORDER BY phase, c.last_activity_at
+FROM (SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+             now() AS now,
+             safetynet.conference_phase(
+                 c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                 now(), %(empty_room_grace)s, %(provision_timeout)s,
+                 %(stale_live_timeout)s) AS phase
+      FROM messenger.conference_sessions c
+      WHERE c.status IN ('Provisioning', 'Active')) k
+LEFT JOIN safetynet.conference_poison p ON p.conference_id = k.id
+WHERE k.phase IS NOT NULL
+ORDER BY array_position(ARRAY['empty-room', 'provision-timeout', 'stale-live'], k.phase),
+         CASE WHEN k.phase = 'provision-timeout' THEN k.created_at
+              ELSE k.last_activity_at END, k.id
 LIMIT %(limit)s;
 
 -- name: plan_integration_outbox --
+-- Dry run of outbox_claim_batch: the unpublished rows in id order, each with its age and,
+-- when it is held, the dead letter that holds it (its own, or an earlier one of its key).
 SELECT o.id, o.topic, o.message_key, o.event_type, o.publish_attempts, o.last_error,
-       EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
-               WHERE d.topic = o.topic AND d.message_key = o.message_key
-                 AND (d.outbox_id = o.id OR (d.blocks_key AND d.outbox_id < o.id)))
-           AS held
+       extract(epoch FROM now() - o.created_at)::float8 AS age_s,
+       d.outbox_id AS held_by, d.reason AS held_reason,
+       extract(epoch FROM now() - d.created_at)::float8 AS held_for_s
 FROM messenger.integration_outbox o
+LEFT JOIN LATERAL (
+    SELECT x.outbox_id, x.reason, x.created_at
+    FROM safetynet.outbox_dead_letters x
+    WHERE x.topic = o.topic AND x.message_key = o.message_key
+      AND (x.outbox_id = o.id OR (x.blocks_key AND x.outbox_id < o.id))
+    ORDER BY x.outbox_id
+    LIMIT 1) d ON true
 WHERE o.published_at IS NULL
 ORDER BY o.id
 LIMIT %(limit)s;

@@ -1,0 +1,153 @@
+"""What ``safetynet plan`` says about one row: its decision and why, from the row the dry
+run's query returned and the thresholds of the configuration. Pure functions (no I/O), so
+each wording is unit-tested; :mod:`supervision.app.plan` runs the queries and the HEADs.
+
+>>> conference_item(row, cfg.jobs.conference_reaper).why
+'empty room, last seen 1m35s ago > empty_room_grace 1m30s'
+
+Every "why" that rests on a window shows the age it measured (on the database clock, when
+the query ran) next to the threshold it was compared with, under the setting's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
+from supervision.config import ConferenceReaperConfig, RecordingFinalizeConfig
+from supervision.durations import format_duration
+
+
+@attrs.frozen
+class PlanItem:
+    id: str
+    phase: str
+    decision: str
+    why: str
+
+
+def age(seconds: float) -> str:
+    """A measured age, coarse as a person reads it: ``45s``, ``2m05s``, ``2h03m``,
+    ``3d04h`` (truncated to whole units; negative ages, a clock ahead, as ``-``)."""
+    sign, whole = ("-", int(-seconds)) if seconds < 0 else ("", int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        text = f"{days}d{hours:02d}h"
+    elif hours:
+        text = f"{hours}h{minutes:02d}m"
+    elif minutes:
+        text = f"{minutes}m{secs:02d}s"
+    else:
+        text = f"{secs}s"
+    return sign + text
+
+
+def compared(what: str, seconds: float, setting: str, threshold: float) -> str:
+    """``<what> <age> ago <op> <setting> <threshold>``, op the comparison that holds."""
+    op = ">" if seconds > threshold else "=" if seconds == threshold else "<"
+    return f"{what} {age(seconds)} ago {op} {setting} {format_duration(threshold)}"
+
+
+# -- recording-finalize ---------------------------------------------------------------
+
+def finalize_item(row: dict[str, Any], cfg: RecordingFinalizeConfig) -> PlanItem | None:
+    """The decision for a row the claim's classification settles without S3 (poison,
+    wait, terminal); None for a row to reconcile (its HEAD decides)."""
+    rid, phase = str(row["recording_id"]), row["phase"]
+    if phase == "poison":
+        return PlanItem(rid, phase, "quarantine", str(row["poison_reason"]))
+    if phase == "wait":
+        why = ("session not ended" if row["session_ended_at"] is None else
+               compared("session ended", row["ended_s"], "finalize_sla_timeout",
+                        cfg.finalize_sla_timeout))
+        return PlanItem(rid, phase, "reschedule (not an attempt)", why)
+    if phase == "terminal":
+        if row["recording_status"] == "Available" and not row["has_event"]:
+            return PlanItem(rid, "republish", "enqueue event, close row",
+                            "Available without its event")
+        return PlanItem(rid, phase, "close row", f"already {row['recording_status']}")
+    return None
+
+
+def _sla(row: dict[str, Any], cfg: RecordingFinalizeConfig) -> str:
+    return compared("session ended", row["ended_s"], "finalize_sla_timeout",
+                    cfg.finalize_sla_timeout)
+
+
+def reconcile_item(row: dict[str, Any], head: Any, cfg: RecordingFinalizeConfig) -> PlanItem:
+    """The decision for a row to reconcile, given what the HEAD of its object returned."""
+    rid, sla = str(row["recording_id"]), _sla(row, cfg)
+    if isinstance(head, Found):
+        return PlanItem(rid, "reconcile", "Available + event",
+                        f"{sla}; binary found ({head.size_bytes} bytes, {head.format})")
+    if isinstance(head, Missing):
+        return PlanItem(rid, "reconcile", "Failed/Timeout", f"{sla}; no binary")
+    if isinstance(head, Poison):
+        return PlanItem(rid, "reconcile", "quarantine", f"object:{head.error}")
+    if isinstance(head, Fault):
+        return PlanItem(rid, "reconcile", "nothing (configuration fault)", head.error)
+    attempt = f"attempt {row['attempts'] + 1} of max_attempts {cfg.max_attempts}"
+    if row["attempts"] + 1 >= cfg.max_attempts:
+        return PlanItem(rid, "reconcile", "quarantine", f"s3:{head.error}; {attempt}")
+    return PlanItem(rid, "reconcile", "retry after back-off", f"s3:{head.error}; {attempt}")
+
+
+def storage_down_item(row: dict[str, Any], probe: Fault | Transient) -> PlanItem:
+    """A row to reconcile while the cycle's probe says storage is unusable: no HEAD."""
+    what = ("nothing (configuration fault)" if isinstance(probe, Fault)
+            else "nothing (object storage down)")
+    return PlanItem(str(row["recording_id"]), str(row["phase"]), what, probe.error)
+
+
+# -- conference-reaper ----------------------------------------------------------------
+
+_CONFERENCE_DECISIONS = {
+    "empty-room": "Ended/EmptyTimeout + conference-ended event",
+    "provision-timeout": "Failed/Error, no event",
+    "stale-live": "Ended/Timeout + conference-ended event",
+}
+
+
+def conference_item(row: dict[str, Any], cfg: ConferenceReaperConfig) -> PlanItem:
+    """A due conference: its phase's transition, with the window it exceeded."""
+    cid, phase = str(row["id"]), str(row["phase"])
+    decision = _CONFERENCE_DECISIONS[phase]
+    if phase == "empty-room":
+        why = compared("empty room, last seen", row["idle_s"], "empty_room_grace",
+                       cfg.empty_room_grace)
+    elif phase == "provision-timeout":
+        why = compared("provisioning since", row["age_s"], "provision_timeout",
+                       cfg.provision_timeout)
+    else:
+        why = (compared("last activity", row["idle_s"], "stale_live_timeout",
+                        cfg.stale_live_timeout)
+               + f" ({row['active_participant_count']} participant(s) on record)")
+    if row["poison_held"]:
+        return PlanItem(cid, phase, "held back (poison)",
+                        f"{row['poison_reason']}; retried after {row['poison_retry_at']}")
+    if row["recording_active"]:
+        decision += " + recorder stop signal"
+    return PlanItem(cid, phase, decision, why)
+
+
+# -- outbox-relay ---------------------------------------------------------------------
+
+def outbox_item(row: dict[str, Any]) -> PlanItem:
+    """An unpublished outbox row: sent, or held behind a dead letter (with its age)."""
+    oid = str(row["id"])
+    if row["held_by"] is not None:
+        if row["held_by"] == row["id"]:
+            why = f"dead-lettered {age(row['held_for_s'])} ago: {row['held_reason']}"
+        else:
+            why = (f"key blocked behind dead letter {row['held_by']} for "
+                   f"{age(row['held_for_s'])}: {row['held_reason']}")
+        return PlanItem(oid, "publish", "held", why)
+    why = (f"{row['topic']} key {row['message_key']}, unpublished for {age(row['age_s'])}, "
+           f"attempts {row['publish_attempts']}")
+    if row["last_error"]:
+        why += f", last error: {row['last_error']}"
+    return PlanItem(oid, "publish", "send to Kafka", why)
