@@ -142,6 +142,8 @@ def requeue(conn: psycopg.Connection, ids: list[str], all_quarantined: bool,
         if unknown:
             raise UnknownIds(unknown)
         cur.execute(QUERIES["finalize_attempts_requeue"], {"ids": [r["id"] for r in rows]})
+        # a person acted: the rows' automatic redrives start again from 0
+        cur.execute(QUERIES["finalize_redrives_forget"], {"ids": [r["id"] for r in rows]})
         cur.execute(QUERIES["conference_poison_release"], {
             "ids": [p["conference_id"] for p in poison]})
     return [*(Requeued(str(r["id"]), str(r["recording_id"]), r["status"], r["attempts"],
