@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from actors.finalize_store import stats as finalize_stats
+from supervision.app.pauses import paused_jobs
 from supervision.config import Config
 from supervision.errors import SafetynetError
 from supervision.queries import QUERIES
@@ -37,6 +38,7 @@ class Status:
     poisoned: list[dict[str, Any]]  # poison conferences held out of the reaper's claim
     outbox: dict[str, Any]
     verdicts: list[Verdict]
+    paused: list[dict[str, Any]] = attrs.field(factory=list)  # `safetynet pause`
 
     @property
     def violated(self) -> bool:
@@ -92,6 +94,7 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
                 "blocked_keys": int(outbox["blocked_keys"]),
                 "dead_lettered": int(outbox["dead_lettered"])},
         verdicts=verdicts,
+        paused=paused_jobs(conn),
     )
 
 
