@@ -22,6 +22,7 @@ class FinalizeCounts:
     config_fault: int = 0  # rows given back untouched because of a configuration fault
     deferred: int = 0  # rows given back untouched because the outage breaker opened
     withheld: int = 0  # Missing verdicts past max_failed_per_cycle: given back untouched
+    redriven: int = 0  # quarantined rows requeued by the self-healing quarantine
 
     def as_json(self) -> dict[str, int]:
         return attrs.asdict(self)
@@ -60,18 +61,25 @@ class Breaker:
 
     ``threshold`` consecutive transient HEAD outcomes open it for the rest of the cycle;
     so does a configuration fault (``fault`` names it). The next cycle probes the bucket
-    before claiming anything that needs a HEAD.
+    before claiming anything that needs a HEAD. ``healthy`` after a cycle: it never
+    opened and no HEAD was transient (what the self-healing quarantine waits for).
     """
 
     threshold: int
     consecutive_transient: int = 0
     open: bool = False
     fault: str | None = None
+    transient: int = 0  # transient HEAD outcomes in the whole cycle
+
+    @property
+    def healthy(self) -> bool:
+        return not self.open and self.fault is None and self.transient == 0
 
     def record(self, transient: bool) -> None:
         if not transient:
             self.consecutive_transient = 0
             return
+        self.transient += 1
         self.consecutive_transient += 1
         if self.consecutive_transient >= self.threshold:
             self.trip()

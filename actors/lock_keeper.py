@@ -7,7 +7,13 @@ Inputs: the job (its interval, its lock TTL and the coroutine that runs one cycl
 DSN for a *dedicated* connection (the lease's session, and advisory locks are
 session-level). Outputs: the job's cycles, run only while this process holds the job's
 lease, ``safetynet_lock_held{job}``, ``safetynet_lease_term{job}`` and
-``safetynet_lease_lost_total{job}``. Restart type: permanent.
+``safetynet_lease_lost_total{job}`` and ``safetynet_job_paused{job}``. Restart type:
+permanent.
+
+A paused job (``safetynet pause``: a row in ``safetynet.job_pauses``, migration 0006) is
+checked right before the lease would be taken: while paused, no lease is taken and no
+cycle runs (a cycle already running finishes); ``cycle_skipped_paused`` is logged once
+per pause, ``job_resumed`` once the row is gone.
 
 Each tick: take the job's lease (``safetynet.leases``, migration 0005; a new term, valid
 ``lock_ttl`` on the database clock) and, next to it, the advisory lock when it is free (so
@@ -33,6 +39,7 @@ is taken over because its session is gone).
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import hashlib
 import os
@@ -48,7 +55,7 @@ import trio
 
 from supervision.database import Fence
 from supervision.errors import InfrastructureError, LeaseLost, describe
-from supervision.metrics import LEASE_LOST, LEASE_TERM, LOCK_HELD
+from supervision.metrics import JOB_PAUSED, LEASE_LOST, LEASE_TERM, LOCK_HELD
 from supervision.pgconn import connect
 from supervision.queries import QUERIES
 from supervision.ticker import Ticker
@@ -64,6 +71,7 @@ class CycleStatus(enum.StrEnum):
 
     RAN = "ran"
     SKIPPED_LOCKED = "skipped_locked"  # another process holds the job's lock
+    SKIPPED_PAUSED = "skipped_paused"  # the job is paused (safetynet pause): no lease taken
     NO_CONNECTION = "no_connection"  # the lock connection could not be opened
     LOST_LOCK = "lost_lock"  # the lock session died mid-cycle; the cycle was cancelled
     LEASE_LOST = "lease_lost"  # another daemon took the lease over; the cycle stepped down
@@ -131,6 +139,15 @@ class Lease:
         return Fence(self.job, self.term)
 
 
+@attrs.frozen
+class JobPause:
+    """A row of ``safetynet.job_pauses``: the job is paused on every replica."""
+
+    reason: str | None
+    paused_at: dt.datetime  # the database clock
+    paused_by: str
+
+
 def holder_name() -> str:
     """Who holds a lease, as operators read it: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -148,6 +165,7 @@ class LockConnection:
         self.holder = holder or holder_name()
         self.conn: psycopg.Connection | None = None
         self.failures = 0
+        self.pause_logged: JobPause | None = None  # the pause cycle_skipped_paused named
 
     async def ensure(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
@@ -182,6 +200,11 @@ class LockConnection:
         """An advisory-lock query on *key*: its single value."""
         row = await self.fetch(name, {"key": key}, limit, connect=connect)
         return row[0] if row else None
+
+    async def pause(self, job: LockedJob[Any]) -> JobPause | None:
+        """*job*'s pause, when it is paused."""
+        row = await self.fetch("job_pauses_get", {"job": job.name}, limit=5.0)
+        return None if row is None else JobPause(row[0], row[1], row[2])
 
     async def acquire(self, job: LockedJob[Any]) -> Lease | None:
         """Take *job*'s lease (and its advisory lock when free); None when it is held."""
@@ -220,7 +243,8 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, OSError, trio.Too
 async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutcome[R]:
     """One tick: take the lease, cycle under the TTL with the watchdog, give it back."""
     try:
-        lease = await lock.acquire(job)
+        pause = await lock.pause(job)
+        lease = await lock.acquire(job) if pause is None else None
     except DB_ERRORS as exc:
         lock.discard()
         lock.failures += 1
@@ -228,6 +252,16 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutc
                     failures=lock.failures)
         return CycleOutcome(CycleStatus.NO_CONNECTION, error=describe(exc))
     lock.failures = 0
+    JOB_PAUSED.labels(job=job.name).set(0 if pause is None else 1)
+    if pause is not None:
+        if pause != lock.pause_logged:
+            log.info("cycle_skipped_paused", job=job.name, reason=pause.reason,
+                     paused_by=pause.paused_by, paused_at=pause.paused_at.isoformat())
+            lock.pause_logged = pause
+        return CycleOutcome(CycleStatus.SKIPPED_PAUSED)
+    if lock.pause_logged is not None:
+        log.info("job_resumed", job=job.name)
+        lock.pause_logged = None
     if lease is None:
         log.info("cycle_skipped_locked", job=job.name)
         return CycleOutcome(CycleStatus.SKIPPED_LOCKED)
@@ -315,6 +349,7 @@ async def serve_lock_keeper(
     lock = LockConnection(dsn, deadline)
     ticker = Ticker(job.interval, job.first_delay)
     LOCK_HELD.labels(job=job.name).set(0)
+    JOB_PAUSED.labels(job=job.name).set(0)
     task_status.started()
     failed_cycles = 0
     try:

@@ -10,12 +10,15 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
     claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
         └──────────────RowOutcome (terminal, poison)───────────────────────────▶
 
-AsOf is the database clock, read once. The claimer ends the pipeline when nothing is
-due, at ``max_run_duration``, or when the breaker opens; closing its channels drains the
-pool and then the committers, so the cycle returns only after every claimed row has been
-committed (or, when cancelled, each row committed or rolled back whole). At most
-``max_failed_per_cycle`` Missing verdicts are given per cycle; past that the claimer
-stops and later Missing rows are given back untouched (``withheld``, alert).
+After a green probe, rows quarantined for an object-storage failure are requeued once S3
+has been healthy for ``redrive_after`` (:mod:`actors.finalize_redrive`, one batch per
+cycle, claimed by this same cycle); what the cycle saw of S3 is recorded at the probe and
+after the pipeline. AsOf is the database clock, read once. The claimer ends the pipeline
+when nothing is due, at ``max_run_duration``, or when the breaker opens; closing its
+channels drains the pool and then the committers, so the cycle returns only after every
+claimed row has been committed (or, when cancelled, each row committed or rolled back
+whole). At most ``max_failed_per_cycle`` Missing verdicts are given per cycle; past that
+the claimer stops and later Missing rows are given back untouched (``withheld``, alert).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from actors.finalize_canary import check_known_present
 from actors.finalize_claimer import run_finalize_claimer
 from actors.finalize_committer import run_finalize_committer
 from actors.finalize_messages import ClaimedRow, RowOutcome
+from actors.finalize_redrive import observe_s3, redrive_quarantined
 from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
 from actors.finalize_store import db_now
 from actors.gauge_refresher import refresh_finalize
@@ -82,12 +86,15 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
             HEALTH.set_fault("s3", probe.error)
             log.error("config_fault", component="s3", error=probe.error)
             frame.status = RunStatus.CONFIG_FAULT
+            await observe_s3(job.db, job.cfg, healthy=False)
             return counts
         HEALTH.clear_fault("s3")
         s3_down = isinstance(probe, Transient)
         if isinstance(probe, Transient):
             log.warning("s3_unavailable", error=probe.error)
         S3_BREAKER_OPEN.set(1 if s3_down else 0)
+        if await observe_s3(job.db, job.cfg, healthy=not s3_down):
+            await redrive_quarantined(job.db, job.cfg, as_of, counts)
 
         rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](job.cfg.batch_size)
         outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](
@@ -109,6 +116,7 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
             log.error("config_fault", component="s3", error=breaker.fault)
         elif breaker.open and not s3_down:
             log.warning("s3_breaker_opened", consecutive_transient=breaker.threshold)
+        await observe_s3(job.db, job.cfg, healthy=not s3_down and breaker.healthy)
         if budget.withheld:
             log.error("missing_verdicts_withheld", failed=budget.missing,
                       withheld=budget.withheld, limit=budget.limit)

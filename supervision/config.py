@@ -374,6 +374,17 @@ class RecordingFinalizeConfig:
         "the batch is given back untouched and RecordingFinalizeVerdictsWithheld fires.",
         checks=[_positive], maximum=MAX_BATCH,
     )
+    redrive_after: float = _setting(
+        900.0, "Self-healing quarantine: rows quarantined for an object-storage failure "
+        "(last_error s3:*) are requeued once S3 has been healthy this long (every cycle's "
+        "probe green, its breaker closed, no transient HEAD), batch_size per cycle.",
+        duration=True, checks=[_non_negative], maximum=7 * DAY,
+    )
+    redrive_max: int = _setting(
+        3, "How many times one row is requeued by itself; past it, it waits for "
+        "`safetynet requeue`. 0 turns the self-healing off.",
+        checks=[_non_negative], maximum=100,
+    )
 
 
 @attrs.frozen

@@ -24,6 +24,9 @@ LEASE_LOST = Counter(
 FENCED_WRITES = Counter(
     "safetynet_fenced_writes_rejected", "Transactions rolled back by the lease fence: "
     "written under a term that was no longer live.", ["job"])
+JOB_PAUSED = Gauge(
+    "safetynet_job_paused", "1 while the job is paused (`safetynet pause`): no replica "
+    "takes its lease or runs its cycles until `safetynet resume`.", ["job"])
 CONFIG_FAULT = Gauge(
     "safetynet_config_fault", "1 while a dependency is misconfigured (readiness is 503).",
     ["component"])
@@ -61,6 +64,10 @@ RF_REPUBLISH_OVERDUE = Gauge(
 RF_QUARANTINED_ROWS = Gauge(
     "safetynet_recording_finalize_quarantined_rows",
     "Finalize rows in quarantine now (runbook: inspect last_error, requeue).")
+RF_REDRIVEN = Counter(
+    "safetynet_recording_finalize_redriven",
+    "Quarantined finalize rows requeued by themselves once object storage was healthy "
+    "for redrive_after (self-healing quarantine).")
 RF_VERDICTS_WITHHELD = Counter(
     "safetynet_recording_finalize_verdicts_withheld",
     "Missing verdicts held back past max_failed_per_cycle (rows given back untouched).")

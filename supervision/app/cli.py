@@ -201,6 +201,14 @@ def _print_status(current: Any) -> None:
         for key, value in values.items():
             table.add_row(f"{section} {key}", cell(value))
     console.print(table)
+    if current.paused:
+        paused = Table(title="paused jobs (no replica runs them until `safetynet resume`)")
+        for column in ("job", "paused_at", "paused_by", "paused_for_seconds", "reason"):
+            paused.add_column(column)
+        for row in current.paused:
+            paused.add_row(*(cell(row[c] if row[c] is not None else "") for c in (
+                "job", "paused_at", "paused_by", "paused_for_seconds", "reason")))
+        console.print(paused)
     if current.quarantined:
         quarantine = Table(title="quarantined finalize rows (oldest first)")
         for column in ("recording_id", "attempts", "last_error", "updated_at"):
@@ -266,6 +274,51 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
             f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
             + (f"; last_error was {row.last_error}" if row.last_error else "")))
     click.echo(f"{len(changed)} row(s) requeued")
+
+
+def _connect(cfg: Config) -> psycopg.Connection:
+    return psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True, connect_timeout=5)
+
+
+@main.command()
+@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to pause.")
+@click.option("--reason", default=None, help="Why (shown by status and in the logs).")
+@_config_option
+def pause(job: str, reason: str | None, config_files: tuple[Path, ...]) -> None:
+    """Pause JOB on every replica: from its next cycle start no replica takes its lease or
+    runs it (a cycle already running finishes), until `safetynet resume`."""
+    from supervision.app.pauses import operator, pause_job
+
+    cfg = _load(config_files)
+    try:
+        with _connect(cfg) as conn:
+            done = pause_job(conn, job, reason, operator())
+    except psycopg.Error as exc:
+        _fail(f"postgres: {type(exc).__name__}")
+    since = f"since {done.pause.paused_at} by {done.pause.paused_by}"
+    why = f": {done.pause.reason}" if done.pause.reason else ""
+    click.echo(printable(f"paused {job} ({since}){why}" if done.new
+                         else f"{job} was already paused ({since}){why}"))
+
+
+@main.command()
+@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to resume.")
+@_config_option
+def resume(job: str, config_files: tuple[Path, ...]) -> None:
+    """Resume a paused JOB: every replica runs it again from its next tick."""
+    from supervision.app.pauses import resume_job
+
+    cfg = _load(config_files)
+    try:
+        with _connect(cfg) as conn:
+            ended = resume_job(conn, job)
+    except psycopg.Error as exc:
+        _fail(f"postgres: {type(exc).__name__}")
+    if ended is None:
+        click.echo(f"{job} was not paused")
+        return
+    click.echo(printable(f"resumed {job} (paused since {ended.paused_at} by "
+                         f"{ended.paused_by})"))
 
 
 @main.command()

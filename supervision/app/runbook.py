@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from actors.finalize_store import stats as finalize_stats
+from supervision.app.pauses import paused_jobs
 from supervision.config import Config
 from supervision.errors import SafetynetError
 from supervision.queries import QUERIES
@@ -37,6 +38,7 @@ class Status:
     poisoned: list[dict[str, Any]]  # poison conferences held out of the reaper's claim
     outbox: dict[str, Any]
     verdicts: list[Verdict]
+    paused: list[dict[str, Any]] = attrs.field(factory=list)  # `safetynet pause`
 
     @property
     def violated(self) -> bool:
@@ -92,6 +94,7 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
                 "blocked_keys": int(outbox["blocked_keys"]),
                 "dead_lettered": int(outbox["dead_lettered"])},
         verdicts=verdicts,
+        paused=paused_jobs(conn),
     )
 
 
@@ -142,6 +145,8 @@ def requeue(conn: psycopg.Connection, ids: list[str], all_quarantined: bool,
         if unknown:
             raise UnknownIds(unknown)
         cur.execute(QUERIES["finalize_attempts_requeue"], {"ids": [r["id"] for r in rows]})
+        # a person acted: the rows' automatic redrives start again from 0
+        cur.execute(QUERIES["finalize_redrives_forget"], {"ids": [r["id"] for r in rows]})
         cur.execute(QUERIES["conference_poison_release"], {
             "ids": [p["conference_id"] for p in poison]})
     return [*(Requeued(str(r["id"]), str(r["recording_id"]), r["status"], r["attempts"],

@@ -7,19 +7,22 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import structlog
 import trio
 
 from actors.lock_keeper import (
     CycleContext,
+    CycleStatus,
     LockConnection,
     LockedJob,
     lock_key,
     run_locked_cycle,
     serve_lock_keeper,
 )
+from supervision.app.pauses import pause_job, resume_job
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer
-from supervision.metrics import LOCK_HELD
+from supervision.metrics import JOB_PAUSED, LOCK_HELD
 from supervision.migrate import migrate
 from supervision.queries import QUERIES
 from tests.waiting import wait_until
@@ -198,3 +201,34 @@ async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
                 nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(server.stop)
+
+
+async def test_paused_job_takes_no_lease_runs_no_cycle_and_logs_once_per_pause(
+        db_dsn: str) -> None:
+    """While `safetynet pause` holds the job, ticks skip (skipped_paused) without taking
+    the lease or running the cycle, log cycle_skipped_paused once (not per tick) and show
+    safetynet_job_paused 1; after resume the next tick runs the cycle (job_resumed once)."""
+    ran: list[str] = []
+
+    async def cycle(ctx: CycleContext) -> None:
+        ran.append(ctx.job_run_id)
+
+    job = make_job("test-paused", cycle)
+    lock = LockConnection(db_dsn)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        pause_job(conn, "test-paused", "maintenance", "tester@host")
+        with structlog.testing.capture_logs() as logs:
+            paused = [(await run_locked_cycle(job, lock)).status for _ in range(3)]
+            assert JOB_PAUSED.labels(job="test-paused")._value.get() == 1
+            leases = conn.execute(QUERIES["leases_list"]).fetchall()
+            assert resume_job(conn, "test-paused") is not None
+            resumed = [(await run_locked_cycle(job, lock)).status for _ in range(2)]
+    assert paused == [CycleStatus.SKIPPED_PAUSED] * 3
+    assert [row[0] for row in leases] == []  # no lease was ever taken for it
+    assert resumed == [CycleStatus.RAN] * 2 and len(ran) == 2
+    skipped = [e for e in logs if e["event"] == "cycle_skipped_paused"]
+    assert [(e["job"], e["reason"], e["paused_by"]) for e in skipped] == [
+        ("test-paused", "maintenance", "tester@host")]
+    assert [e["job"] for e in logs if e["event"] == "job_resumed"] == ["test-paused"]
+    assert JOB_PAUSED.labels(job="test-paused")._value.get() == 0
+    lock.discard()

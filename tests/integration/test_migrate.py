@@ -208,8 +208,10 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
             "SELECT table_schema, table_name FROM information_schema.tables "
             "WHERE table_schema IN ('messenger', 'safetynet') ORDER BY 1, 2").fetchall()
     assert tables == [("messenger", t) for t in sorted(EXPECTED_COLUMNS)] + [
-        ("safetynet", "conference_poison"), ("safetynet", "leases"),
-        ("safetynet", "outbox_dead_letters"), ("safetynet", "schema_migrations")]
+        ("safetynet", "conference_poison"), ("safetynet", "dependency_health"),
+        ("safetynet", "finalize_redrives"), ("safetynet", "job_pauses"),
+        ("safetynet", "leases"), ("safetynet", "outbox_dead_letters"),
+        ("safetynet", "schema_migrations")]
 
 
 def test_edited_migration_is_refused(empty_db_dsn: str) -> None:

@@ -148,6 +148,10 @@ def test_wrong_type_names_key_and_types(tmp_path: Path) -> None:
          "(use e.g. \"90s\", \"2m\", \"1h30m\", \"250ms\")"),
         ("[jobs.conference_reaper]\npolling_interval = 0\n",
          "jobs.conference_reaper.polling_interval: must be > 0, got 0s"),
+        ("[jobs.recording_finalize]\nredrive_max = -1\n",
+         "jobs.recording_finalize.redrive_max: must be >= 0, got -1"),
+        ("[jobs.recording_finalize]\nredrive_after = \"8d\"\n",
+         "jobs.recording_finalize.redrive_after: must be <= 7d, got 8d"),
     ],
 )
 def test_negative_and_zero_sizes_are_rejected(tmp_path: Path, extra: str, expected: str) -> None:

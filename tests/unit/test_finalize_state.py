@@ -39,3 +39,17 @@ def test_verdict_budget_allows_limit_missing_verdicts_then_withholds_the_rest() 
     taken = [budget.take() for _ in range(5)]
     assert taken == [True, True, True, False, False]
     assert (budget.missing, budget.withheld, budget.spent) == (3, 2, True)
+
+
+def test_one_transient_head_makes_the_cycle_unhealthy_even_with_the_breaker_closed() -> None:
+    """The self-healing quarantine waits for cycles with no transient HEAD at all: a
+    single one (the breaker still closed) is enough to call the cycle unhealthy."""
+    breaker = Breaker(threshold=5)
+    breaker.record(transient=False)
+    assert breaker.healthy
+    breaker.record(transient=True)
+    breaker.record(transient=False)
+    assert not breaker.open and not breaker.healthy
+    faulted = Breaker(threshold=5)
+    faulted.trip("bucket_missing")
+    assert not faulted.healthy

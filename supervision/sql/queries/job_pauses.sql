@@ -1,0 +1,25 @@
+-- name: job_pauses_get --
+-- The lock keeper, right before it would take the job's lease: is the job paused?
+SELECT reason, paused_at, paused_by
+FROM safetynet.job_pauses
+WHERE job = %(job)s;
+
+-- name: job_pauses_insert --
+-- `safetynet pause`: no row when the job was paused already (the first pause stands).
+INSERT INTO safetynet.job_pauses (job, reason, paused_at, paused_by)
+VALUES (%(job)s, left(%(reason)s, 512), now(), left(%(paused_by)s, 256))
+ON CONFLICT (job) DO NOTHING
+RETURNING reason, paused_at, paused_by;
+
+-- name: job_pauses_delete --
+-- `safetynet resume`: the pause it ended, or no row when the job was not paused.
+DELETE FROM safetynet.job_pauses
+WHERE job = %(job)s
+RETURNING reason, paused_at, paused_by;
+
+-- name: job_pauses_list --
+-- `safetynet status`: every paused job, with how long it has been paused.
+SELECT job, reason, paused_at, paused_by,
+       round(extract(epoch FROM now() - paused_at)::numeric, 1)::float8 AS paused_for_seconds
+FROM safetynet.job_pauses
+ORDER BY job;
