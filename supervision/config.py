@@ -461,7 +461,7 @@ class AuditConfig:
     )
     kafka_max_messages: int = _setting(
         100_000, "`safetynet audit --kafka`: messages read at most; a window holding more "
-        "cannot be judged (exit 1).", checks=[_positive], maximum=10_000_000,
+        "cannot be judged (exit 1).", checks=[_positive], maximum=500_000,
     )
     kafka_timeout: float = _setting(
         30.0, "`safetynet audit --kafka`: bound of the whole topic read.", duration=True,
