@@ -433,9 +433,10 @@ class AuditConfig:
         maximum=DAY,
     )
     window: float = _setting(
-        3600.0, "How far back the auditor actor looks at terminal transitions and outbox "
-        "rows (`safetynet audit --since` overrides it). Never further than "
-        "outbox_relay.retention: pruned outbox rows are not violations.",
+        900.0, "How far back the auditor actor looks at terminal transitions and outbox "
+        "rows (`safetynet audit --since` overrides it); at least interval + grace, so every "
+        "transition is judged by one run. Never further than outbox_relay.retention: "
+        "pruned outbox rows are not violations. A run's cost grows with the rows inside it.",
         duration=True, checks=[_positive], maximum=365 * DAY,
     )
     grace: float = _setting(
@@ -546,6 +547,11 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
                f"{format_duration(pg.lock_timeout)}")
     yield from _kafka_checks(cfg.kafka)
     yield from _s3_checks(cfg.s3)
+    audit = cfg.audit
+    if audit.window < audit.interval + audit.grace:
+        yield (f"audit.window: must be >= interval + grace "
+               f"({format_duration(audit.interval + audit.grace)}), got "
+               f"{format_duration(audit.window)}")
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (

@@ -217,8 +217,8 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
             "SELECT table_schema, table_name FROM information_schema.tables "
             "WHERE table_schema IN ('messenger', 'safetynet') ORDER BY 1, 2").fetchall()
     assert tables == [("messenger", t) for t in sorted(EXPECTED_COLUMNS)] + [
-        ("safetynet", "conference_poison"), ("safetynet", "outbox_dead_letters"),
-        ("safetynet", "schema_migrations")]
+        ("safetynet", "conference_poison"), ("safetynet", "leases"),
+        ("safetynet", "outbox_dead_letters"), ("safetynet", "schema_migrations")]
 
 
 def test_edited_migration_is_refused(empty_db_dsn: str) -> None:
@@ -240,7 +240,9 @@ def test_migrate_command_applies_then_reports_up_to_date(empty_db_dsn: str) -> N
     assert first.stdout.splitlines() == ["applied 0001_messenger_schema",
                                          "applied 0002_outbox_relay",
                                          "applied 0003_conference_poison",
-                                         "applied 0004_finalize_classify"]
+                                         "applied 0004_finalize_classify",
+                                         "applied 0005_leases",
+                                         "applied 0006_audit_indexes"]
     assert (second.returncode, second.stdout.strip()) == (0, "schema is up to date")
 
 

@@ -19,7 +19,10 @@ SET LOCAL transaction_read_only = on;
 SELECT r.id::text AS id, r.status, a.status AS finalize_status, a.attempts,
        o.has_outbox, t.own_realtime, t.realtime_rows
 FROM messenger.call_recordings r
-LEFT JOIN messenger.recording_finalize_attempts a ON a.recording_id = r.id
+LEFT JOIN LATERAL (  -- lateral: one ux_rfa_recording probe per row, never a hash of all
+    SELECT f.id, f.status, f.attempts FROM messenger.recording_finalize_attempts f
+    WHERE f.recording_id = r.id LIMIT 1  -- unique anyway; keeps the planner from a hash
+) a ON true
 CROSS JOIN LATERAL (
     SELECT EXISTS (SELECT 1 FROM messenger.integration_outbox x
                    WHERE x.topic = %(rec_topic)s AND x.dedupe_key = r.id::text) AS has_outbox
@@ -109,18 +112,25 @@ LIMIT %(limit)s;
 -- name: audit_recordings_active --
 -- Non-terminal recordings (ix_recording_active) whose session ended more than the SLA
 -- (+ slack) ago and whose finalize row is not quarantined: past the SLO.
+-- Lateral joins: primary-key probes per active row, never a hash of a whole table.
 SELECT r.id::text AS id, r.status, coalesce(a.status, 'none') AS finalize_status,
-       floor(extract(epoch FROM now() - coalesce(cs.ended_at, cf.ended_at)))::bigint
-           AS ended_seconds_ago
+       floor(extract(epoch FROM now() - e.ended_at))::bigint AS ended_seconds_ago
 FROM messenger.call_recordings r
-LEFT JOIN messenger.recording_finalize_attempts a ON a.recording_id = r.id
-LEFT JOIN messenger.call_sessions cs ON r.session_kind = 'Direct' AND cs.id = r.session_id
-LEFT JOIN messenger.conference_sessions cf
-       ON r.session_kind = 'Conference' AND cf.id = r.session_id
+LEFT JOIN LATERAL (
+    SELECT f.status FROM messenger.recording_finalize_attempts f WHERE f.recording_id = r.id
+    LIMIT 1  -- unique anyway; keeps the planner from a hash of the whole table
+) a ON true
+CROSS JOIN LATERAL (
+    SELECT max(x.ended_at) AS ended_at
+    FROM (SELECT cs.ended_at FROM messenger.call_sessions cs
+          WHERE r.session_kind = 'Direct' AND cs.id = r.session_id
+          UNION ALL
+          SELECT cf.ended_at FROM messenger.conference_sessions cf
+          WHERE r.session_kind = 'Conference' AND cf.id = r.session_id) x
+) e
 WHERE r.status IN ('Pending', 'Recording', 'Uploading')
   AND coalesce(a.status, '') <> 'Quarantined'
-  AND coalesce(cs.ended_at, cf.ended_at)
-      < now() - (%(sla)s + %(slack)s) * interval '1 second'
+  AND e.ended_at < now() - (%(sla)s + %(slack)s) * interval '1 second'
 ORDER BY r.id
 LIMIT %(limit)s;
 
