@@ -451,6 +451,52 @@ class OutboxRelayConfig:
 
 
 @attrs.frozen
+class AuditConfig:
+    enabled: bool = _setting(True, "Run the auditor actor in `safetynet run` (the SQL-only "
+                             "invariants of `safetynet audit`, every interval).")
+    interval: float = _setting(
+        300.0, "Time between the auditor actor's runs.", duration=True, checks=[_positive],
+        maximum=DAY,
+    )
+    window: float = _setting(
+        900.0, "How far back the auditor actor looks at terminal transitions and outbox "
+        "rows (`safetynet audit --since` overrides it); at least interval + grace, so every "
+        "transition is judged by one run. Never further than outbox_relay.retention: "
+        "pruned outbox rows are not violations. A run's cost grows with the rows inside it.",
+        duration=True, checks=[_positive], maximum=365 * DAY,
+    )
+    grace: float = _setting(
+        300.0, "A transition younger than this is not judged yet (an Available recording "
+        "is republished within a polling interval).", duration=True,
+        checks=[_non_negative], maximum=DAY,
+    )
+    relay_lag: float = _setting(
+        300.0, "An unpublished outbox row younger than this is not a violation.",
+        duration=True, checks=[_non_negative], maximum=DAY,
+    )
+    max_violations: int = _setting(
+        1000, "Violations reported per invariant and run at most (the gauge saturates here).",
+        checks=[_positive], maximum=100_000,
+    )
+    s3_sample: int = _setting(
+        50, "`safetynet audit`: Failed recordings HEADed at most per run (failed_with_object).",
+        checks=[_non_negative], maximum=10_000,
+    )
+    s3_rate: float = _setting(
+        10.0, "`safetynet audit`: HEAD requests per second at most.", checks=[_positive],
+        maximum=1000.0,
+    )
+    kafka_max_messages: int = _setting(
+        100_000, "`safetynet audit --kafka`: messages read at most; a window holding more "
+        "cannot be judged (exit 1).", checks=[_positive], maximum=500_000,
+    )
+    kafka_timeout: float = _setting(
+        30.0, "`safetynet audit --kafka`: bound of the whole topic read.", duration=True,
+        checks=[_positive], maximum=HOUR,
+    )
+
+
+@attrs.frozen
 class HttpConfig:
     listen: str = _setting(
         "127.0.0.1:9464", "HOST:PORT of /metrics, /healthz, /readyz (loopback by default).",
@@ -495,6 +541,7 @@ class Config:
     media: MediaConfig = attrs.field(factory=MediaConfig)
     jobs: JobsConfig = attrs.field(factory=JobsConfig)
     outbox_relay: OutboxRelayConfig = attrs.field(factory=OutboxRelayConfig)
+    audit: AuditConfig = attrs.field(factory=AuditConfig)
     http: HttpConfig = attrs.field(factory=HttpConfig)
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
     supervision: SupervisionConfig = attrs.field(factory=SupervisionConfig)
@@ -530,6 +577,11 @@ def _cross_checks(cfg: Config) -> Iterable[str]:
     if cfg.media.token and media.scheme == "http" and not _loopback(media.hostname or ""):
         yield (f"media.base_url: must be https:// when media.token is set (the token would "
                f"cross the network in clear text to {media.hostname}), got http://")
+    audit = cfg.audit
+    if audit.window < audit.interval + audit.grace:
+        yield (f"audit.window: must be >= interval + grace "
+               f"({format_duration(audit.interval + audit.grace)}), got "
+               f"{format_duration(audit.window)}")
     rf = cfg.jobs.recording_finalize
     if rf.backoff_cap < rf.backoff_base:
         yield (

@@ -127,3 +127,13 @@ RECORDER_STOP_FAILED = Counter(
     "safetynet_recorder_stop_failed",
     "Recorder stop signals that failed (http_status, timeout, connection, tls, error, abandoned).",
     ["reason"])
+
+# ---- invariant auditor (issue #18)
+INVARIANT_VIOLATIONS = Gauge(
+    "safetynet_invariant_violations",
+    "Violations of each invariant the auditor found in its last run (SQL-only invariants, "
+    "over audit.window; saturates at audit.max_violations). Runbook: safetynet audit.",
+    ["invariant"])
+AUDIT_FAILED = Counter(
+    "safetynet_audit_failed", "Auditor runs that could not judge (the database did not "
+    "answer in time); the gauge keeps its last values.")

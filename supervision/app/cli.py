@@ -238,6 +238,37 @@ def _print_status(current: Any) -> None:
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: violations, counts.")
+@click.option("--since", default=None,
+              help="How far back to judge (a duration, e.g. 24h; default audit.window).")
+@click.option("--kafka", is_flag=True, help="Also read the topics over the window (bounded).")
+@_config_option
+def audit(as_json: bool, since: str | None, kafka: bool, config_files: tuple[Path, ...]
+          ) -> None:
+    """Judge every invariant from live data, read-only: one line per violation; exit 0
+    clean, 2 on a violation, 1 when some part could not be judged."""
+    from supervision.app.audit import run_audit
+    from supervision.durations import parse_duration
+
+    cfg = _load(config_files)
+    try:
+        window = cfg.audit.window if since is None else parse_duration(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+    report = run_audit(cfg, window, kafka)
+    if as_json:
+        click.echo(json.dumps(report.as_json()))
+    else:
+        for violation in report.violations:
+            click.echo(printable(str(violation)))
+        for problem in report.unjudged:
+            click.echo(f"could not judge: {printable(problem)}", err=True)
+        click.echo("ok" if report.exit_code == 0 else
+                   f"{len(report.violations)} violation(s)", err=report.exit_code != 0)
+    sys.exit(report.exit_code)
+
+
+@main.command()
 @click.argument("ids", nargs=-1)
 @click.option("--all-quarantined", is_flag=True, help="Re-enqueue every quarantined row.")
 @click.option("--all-poisoned", is_flag=True,

@@ -6,9 +6,10 @@
     ├── outbox                              rest_for_one
     │   ├── outbox-listener                 permanent   LISTEN → wake the relay
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
-    └── jobs                                one_for_one
-        ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
-        └── lock-keeper:conference-reaper   permanent   cycles: 3 phases → recorder signals
+    ├── jobs                                one_for_one
+    │   ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
+    │   └── lock-keeper:conference-reaper   permanent   cycles: 3 phases → recorder signals
+    └── auditor                             permanent   SQL invariants every audit.interval
 
 Resources shared by the actors (the asyncio bridge, the PostgreSQL pool, the S3 client,
 the Kafka producer, the relay's wake-up) are opened by :mod:`supervision.app.daemon` before the
@@ -24,6 +25,7 @@ import attrs
 import httpx
 import psycopg
 
+from actors.auditor import serve_auditor
 from actors.conference_reaper import ReaperJob, run_reaper_cycle
 from actors.gauge_refresher import (
     DEFAULT_REFRESHES,
@@ -32,6 +34,7 @@ from actors.gauge_refresher import (
     refresh_recording_slo,
     serve_gauge_refresher,
 )
+from actors.invariants import Thresholds
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
@@ -145,4 +148,9 @@ def build_tree(res: Resources) -> SupervisorSpec:
     )
     children.append(ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,
                               shutdown=grace))
+    if res.cfg.audit.enabled:
+        children.append(ChildSpec(
+            "auditor", partial(serve_auditor, res.db, Thresholds.from_config(res.cfg),
+                               res.cfg.audit.interval),
+            Restart.PERMANENT, shutdown=1.0))
     return SupervisorSpec("safetynet", children, Strategy.ONE_FOR_ONE, intensity)

@@ -7,6 +7,11 @@ Run after the faults stopped and a quiet period. On a live database::
 
 prints one line per violation and exits 1 if there is any (0 and "ok" otherwise).
 
+The judgement is the shipped auditor's (:mod:`actors.invariants`,
+:mod:`actors.audit_ledger`, run by ``safetynet audit``) over every row, without its
+production age bounds; this module adds the ground truth only a test has (which objects
+were uploaded, a consumer ledger read from the start) and the state digest.
+
 Invariants (the names are what a violation's ``invariant`` says):
 
 * lost: ``lost_recording`` (non-terminal recording whose session ended more than the SLA
@@ -34,20 +39,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
-from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Any
 
 import attrs
 import psycopg
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
-from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
+from actors.audit_ledger import OutboxRow
+from actors.audit_ledger import check_ledger as judge_ledger
+from actors.invariants import Invariant, Thresholds, Violation, failed_sample, judge_database
 from supervision.durations import parse_duration
 from tests.chaos.ledger import Ledger, read_ledger
 
+# The chaos contract's invariants (the shipped auditor's, less not_quarantined, which needs
+# the jobs' cycle bound the chaos limits do not carry).
 INVARIANTS = (
     "lost_recording", "lost_conference", "missing_outbox", "missing_realtime", "unpublished",
     "not_in_ledger", "duplicate_outbox", "duplicate_realtime", "unexpected_outbox",
@@ -55,15 +61,8 @@ INVARIANTS = (
     "quarantine_early", "order",
 )
 
-
-@attrs.frozen
-class Violation:
-    invariant: str
-    subject: str
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.invariant}: {self.subject} {self.detail}".rstrip()
+__all__ = ["INVARIANTS", "Limits", "Violation", "check", "check_ledger", "state_digest",
+           "summary"]
 
 
 @attrs.frozen
@@ -77,86 +76,9 @@ class Limits:
     stale_live_timeout_s: float = 4 * 3600.0
     slack_s: float = 0.0  # extra age before a due row counts as lost (a poll interval)
 
-
-# (invariant, query returning (subject, detail)); %(x)s are Limits fields
-_SQL: list[tuple[str, str]] = [
-    ("lost_recording", """
-        SELECT r.id::text, r.status || ' finalize=' || coalesce(a.status, 'none')
-        FROM messenger.call_recordings r
-        LEFT JOIN messenger.recording_finalize_attempts a ON a.recording_id = r.id
-        LEFT JOIN messenger.call_sessions cs
-               ON r.session_kind = 'Direct' AND cs.id = r.session_id
-        LEFT JOIN messenger.conference_sessions cf
-               ON r.session_kind = 'Conference' AND cf.id = r.session_id
-        WHERE r.status IN ('Pending', 'Recording', 'Uploading')
-          AND coalesce(a.status, '') <> 'Quarantined'
-          AND coalesce(cs.ended_at, cf.ended_at)
-              < now() - (%(sla_s)s + %(slack_s)s) * interval '1 second'"""),
-    ("lost_conference", """
-        SELECT id::text, status FROM messenger.conference_sessions c
-        WHERE (c.status = 'Provisioning' AND c.created_at
-                 < now() - (%(provision_timeout_s)s + %(slack_s)s) * interval '1 second')
-           OR (c.status = 'Active' AND c.active_participant_count = 0 AND c.last_activity_at
-                 < now() - (%(empty_room_grace_s)s + %(slack_s)s) * interval '1 second')
-           OR (c.status = 'Active' AND c.last_activity_at
-                 < now() - (%(stale_live_timeout_s)s + %(slack_s)s) * interval '1 second')"""),
-    ("missing_outbox", """
-        SELECT r.id::text, 'Available recording without call-recording-available'
-        FROM messenger.call_recordings r
-        JOIN messenger.recording_finalize_attempts a ON a.recording_id = r.id
-        WHERE r.status = 'Available' AND NOT EXISTS (
-            SELECT 1 FROM messenger.integration_outbox o
-            WHERE o.topic = %(rec_topic)s AND o.dedupe_key = r.id::text)
-        UNION ALL
-        SELECT c.id::text, 'Ended conference without conference-ended'
-        FROM messenger.conference_sessions c
-        WHERE c.status = 'Ended' AND c.end_reason IN ('EmptyTimeout', 'Timeout')
-          AND NOT EXISTS (SELECT 1 FROM messenger.integration_outbox o
-                          WHERE o.topic = %(conf_topic)s AND o.dedupe_key = c.id::text)"""),
-    ("unexpected_outbox", """
-        SELECT o.dedupe_key, 'event for a ' || coalesce(r.status, 'missing') || ' recording'
-        FROM messenger.integration_outbox o
-        LEFT JOIN messenger.call_recordings r ON r.id::text = o.dedupe_key
-        WHERE o.topic = %(rec_topic)s AND r.status IS DISTINCT FROM 'Available'
-        UNION ALL
-        SELECT o.dedupe_key, 'event for a ' || coalesce(c.status, 'missing') || ' conference'
-        FROM messenger.integration_outbox o
-        LEFT JOIN messenger.conference_sessions c ON c.id::text = o.dedupe_key
-        WHERE o.topic = %(conf_topic)s AND c.status IS DISTINCT FROM 'Ended'"""),
-    ("missing_realtime", """
-        SELECT r.id::text, r.status || ' recording without its realtime row'
-        FROM messenger.call_recordings r
-        JOIN messenger.recording_finalize_attempts a ON a.recording_id = r.id
-        WHERE a.status = 'Done' AND r.status IN ('Available', 'Failed')
-          AND NOT EXISTS (SELECT 1 FROM messenger.realtime_outbox t
-                          WHERE t.reference_id = r.id AND t.kind = 'Recording' || r.status)
-        UNION ALL
-        SELECT c.id::text, c.status || ' conference without its realtime row'
-        FROM messenger.conference_sessions c
-        WHERE c.end_reason IN ('EmptyTimeout', 'Timeout', 'Error')
-          AND NOT EXISTS (SELECT 1 FROM messenger.realtime_outbox t
-                          WHERE t.reference_id = c.id AND t.session_kind = 'Conference')"""),
-    ("duplicate_outbox", """
-        SELECT topic || '/' || dedupe_key, count(*)::text || ' rows'
-        FROM messenger.integration_outbox GROUP BY topic, dedupe_key HAVING count(*) > 1"""),
-    ("duplicate_realtime", """
-        SELECT reference_id::text, count(*)::text || ' realtime rows'
-        FROM messenger.realtime_outbox
-        WHERE kind IN ('RecordingAvailable', 'RecordingFailed', 'ConferenceEnded',
-                       'ConferenceSignal')
-        GROUP BY reference_id HAVING count(*) > 1"""),
-    ("attempts_exceeded", """
-        SELECT recording_id::text, attempts::text || ' attempts'
-        FROM messenger.recording_finalize_attempts WHERE attempts > %(max_attempts)s"""),
-    ("quarantine_early", """
-        SELECT recording_id::text, attempts::text || ' attempts: ' || last_error
-        FROM messenger.recording_finalize_attempts
-        WHERE status = 'Quarantined' AND last_error LIKE 's3:%%'
-          AND attempts <> %(max_attempts)s"""),
-]
-_UNPUBLISHED = ("unpublished", """
-        SELECT id::text, topic || '/' || dedupe_key
-        FROM messenger.integration_outbox WHERE published_at IS NULL""")
+    def thresholds(self) -> Thresholds:
+        """The shipped auditor's thresholds: every row, however young or old."""
+        return Thresholds(**attrs.asdict(self), limit=10**9)
 
 
 def check(dsn: str, *, ledger: Ledger | None = None, uploaded: Collection[str] | None = None,
@@ -164,21 +86,14 @@ def check(dsn: str, *, ledger: Ledger | None = None, uploaded: Collection[str] |
     """Every violated invariant. *ledger*: what a consumer read from Kafka (omit when the
     broker lost data, e.g. after a Tansu restart); *uploaded*: recording ids whose object
     is in S3; *relay*: whether the outbox must be fully published."""
-    limits = limits or Limits()
-    params = {**attrs.asdict(limits), "rec_topic": TOPIC_RECORDING_AVAILABLE,
-              "conf_topic": TOPIC_CONFERENCE_ENDED}
-    out: list[Violation] = []
-    queries = _SQL + ([_UNPUBLISHED] if relay else [])
+    th = (limits or Limits()).thresholds()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for invariant, query in queries:
-            for subject, detail in conn.execute(query, params).fetchall():
-                out.append(Violation(invariant, subject, detail))
+        out = [v for v in judge_database(conn, th)
+               if v.invariant in INVARIANTS and (relay or v.invariant != "unpublished")]
         if uploaded:
-            failed = conn.execute("SELECT id::text FROM messenger.call_recordings"
-                                  " WHERE status = 'Failed'").fetchall()
             have = set(uploaded)
-            out += [Violation("failed_with_object", rid, "object exists in S3")
-                    for (rid,) in failed if rid in have]
+            out += [Violation(Invariant.FAILED_WITH_OBJECT, rid, "object exists in S3")
+                    for rid in failed_sample(conn, th, 10**9) if rid in have]
         outbox = conn.execute("SELECT id, topic, message_key, dedupe_key, payload,"
                               " published_at IS NOT NULL FROM messenger.integration_outbox"
                               " ORDER BY id").fetchall()
@@ -191,49 +106,16 @@ def check(dsn: str, *, ledger: Ledger | None = None, uploaded: Collection[str] |
 
 
 def check_ledger(outbox: Sequence[tuple[Any, ...]], ledger: Ledger) -> list[Violation]:
-    """The ledger against the outbox rows (id, topic, key, dedupe_key, payload, published)."""
-    out: list[Violation] = []
-    rows = {event_id(topic, dedupe): (oid, topic, key, payload, published)
-            for oid, topic, key, dedupe, payload, published in outbox}
-    seen = ledger.event_ids()
-    out += [Violation("not_in_ledger", eid, f"outbox id {row[0]}")
-            for eid, row in rows.items() if row[4] and eid not in seen]
-    by_id: dict[str, list[Any]] = defaultdict(list)
-    for entry in ledger.entries:
-        if entry.event_id is None or entry.event_id not in rows:
-            out.append(Violation("unknown_event", str(entry.event_id),
-                                 f"{entry.topic}@{entry.partition}:{entry.offset}"))
-            continue
-        by_id[entry.event_id].append(entry)
-    for eid, entries in by_id.items():
-        oid, topic, key, payload, _ = rows[eid]
-        variants = {(e.topic, e.key, json.dumps(e.payload, sort_keys=True)) for e in entries}
-        expected = (topic, key, json.dumps(payload, sort_keys=True))
-        if variants != {expected}:
-            out.append(Violation("ledger_inconsistent", eid,
-                                 f"outbox id {oid}: {len(variants)} variant(s) on the topic"))
-    # per (topic, key): first delivery of each event, in offset order, must follow outbox ids
-    first: dict[str, tuple[int, int]] = {}
-    for entry in ledger.entries:
-        if entry.event_id in rows:
-            pos = (entry.partition, entry.offset)
-            first[entry.event_id] = min(first.get(entry.event_id, pos), pos)
-    per_key: dict[tuple[str, str], list[tuple[tuple[int, int], int]]] = defaultdict(list)
-    for eid, pos in first.items():
-        oid, topic, key, _, _ = rows[eid]
-        per_key[(topic, key)].append((pos, oid))
-    for (topic, key), deliveries in per_key.items():
-        ids = [oid for _, oid in sorted(deliveries)]
-        if ids != sorted(ids):
-            out.append(Violation("order", f"{topic}/{key}", f"outbox ids in offset order {ids}"))
-    return out
+    """The ledger against the outbox rows (id, topic, key, dedupe_key, payload, published):
+    the shipped auditor's judgement."""
+    return judge_ledger([OutboxRow(*row) for row in outbox], ledger)
 
 
 def summary(violations: Sequence[Violation]) -> dict[str, int]:
     """Violations per invariant (every invariant listed, 0 when it holds)."""
     counts = dict.fromkeys(INVARIANTS, 0)
     for v in violations:
-        counts[v.invariant] = counts.get(v.invariant, 0) + 1
+        counts[str(v.invariant)] = counts.get(str(v.invariant), 0) + 1
     return counts
 
 

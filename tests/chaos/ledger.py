@@ -7,43 +7,12 @@ same (topic, key, payload), and per key the first delivery of each event in outb
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Collection, Iterable
-from typing import Any
 
-import attrs
+from actors.audit_ledger import TOPICS, Entry, Ledger, entry_of
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
-from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
-
-TOPICS = (TOPIC_RECORDING_AVAILABLE, TOPIC_CONFERENCE_ENDED)
-
-
-@attrs.frozen
-class Entry:
-    topic: str
-    partition: int
-    offset: int
-    key: str | None
-    event_id: str | None
-    payload: Any
-
-
-@attrs.define
-class Ledger:
-    entries: list[Entry] = attrs.field(factory=list)
-
-    def event_ids(self) -> set[str]:
-        return {e.event_id for e in self.entries if e.event_id}
-
-    def about(self, subjects: Collection[str]) -> Ledger:
-        """Only the events about these recordings/conferences (payload RecordingId or
-        ConferenceId): a broker shared by several tests carries others' events too."""
-        return Ledger([e for e in self.entries if _subject(e.payload) in subjects])
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [attrs.asdict(e) for e in self.entries]
+__all__ = ["TOPICS", "Entry", "Ledger", "Offsets", "end_offsets", "read_ledger"]
 
 
 Offsets = dict[tuple[str, int], int]
@@ -68,13 +37,6 @@ async def _ends(bootstrap: str, topics: tuple[str, ...]) -> Offsets:
         return {(tp.topic, tp.partition): off for tp, off in ends.items()}
     finally:
         await consumer.stop()
-
-
-def _subject(payload: Any) -> str | None:
-    if not isinstance(payload, dict):
-        return None
-    subject = payload.get("RecordingId") or payload.get("ConferenceId")
-    return None if subject is None else str(subject)
 
 
 def read_ledger(bootstrap: str, topics: Iterable[str] = TOPICS, *,
@@ -115,11 +77,7 @@ async def _read(bootstrap: str, topics: tuple[str, ...], want: set[str], since: 
             got = [m for msgs in batch.values() for m in msgs]
             if got:
                 idle_since = time.monotonic()
-            for m in got:
-                headers = {k: v.decode() for k, v in m.headers}
-                ledger.entries.append(Entry(
-                    m.topic, m.partition, m.offset, m.key.decode() if m.key else None,
-                    headers.get("event-id"), json.loads(m.value)))
+            ledger.entries.extend(entry_of(m) for m in got)
             at_end = True
             for tp in tps:
                 at_end = at_end and await consumer.position(tp) >= ends[tp]

@@ -1,9 +1,12 @@
 """The checker can fail: a converged database and its Kafka ledger pass; then each kind of
 corruption is planted (in the database, or in a copy of the ledger) and the checker — the
-function and `python -m tests.chaos.checker` — must report every one of them."""
+function and `python -m tests.chaos.checker` — must report every one of them; so must the
+shipped `safetynet audit` (exit 2, --json; its S3 HEADs find the Failed-with-object one),
+which finds nothing on the converged database (exit 0, also with --kafka)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -12,6 +15,7 @@ from pathlib import Path
 import attrs
 import psycopg
 import pytest
+import tomli_w
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
 from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
@@ -26,6 +30,20 @@ pytestmark = pytest.mark.chaos
 
 CLI_LIMITS = ["--sla", "0s", "--slack", "0s", "--empty-room-grace", "5s",
               "--provision-timeout", "5s", "--stale-live-timeout", "1m"]
+
+
+def audit_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The shipped auditor: `safetynet audit` on the daemon's own config, no age bounds."""
+    return subprocess.run([sys.executable, "-m", "supervision.app", "audit", *args,
+                           "-c", str(config)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def audit_config(tmp_path: Path, cfg: dict[str, object]) -> Path:
+    path = tmp_path / "audit.toml"
+    path.write_text(tomli_w.dumps({**cfg, "audit": {"grace": "0s", "relay_lag": "0s",
+                                                    "window": "1h", "s3_rate": 1000}}))
+    return path
 
 
 def cli(dsn: str) -> subprocess.CompletedProcess[str]:
@@ -53,6 +71,10 @@ def test_checker_reports_every_planted_corruption(
     assert clean == []
     clean_cli = cli(dsn)
     assert (clean_cli.returncode, clean_cli.stdout.strip()) == (0, "ok"), clean_cli.stderr
+    shipped = audit_config(tmp_path, cfg)
+    clean_audit = audit_cli(shipped, "--json", "--kafka")
+    assert clean_audit.returncode == 0, clean_audit.stdout + clean_audit.stderr
+    assert json.loads(clean_audit.stdout)["violations"] == []
 
     planted = plant_database_corruptions(dsn, run.uploaded)
     bad_ledger, ledger_planted = corrupt_ledger(ledger, dsn)
@@ -64,6 +86,11 @@ def test_checker_reports_every_planted_corruption(
     db_planted = {k: v for k, v in planted.items() if k not in ledger_planted}
     cli_missed = [f"{inv}: {subj}" for inv, subj in db_planted.items()
                   if inv != "failed_with_object" and f"{inv}: {subj}" not in bad_cli.stdout]
+    bad_audit = audit_cli(shipped, "--json")
+    reported = {(v["invariant"], v["subject"])
+                for v in json.loads(bad_audit.stdout)["violations"]}
+    audit_missed = [f"{inv}: {subj}" for inv, subj in db_planted.items()
+                    if (inv, subj) not in reported]
     record(run.name, title="The checker can fail",
            proves="each planted corruption (lost, duplicated, wrong verdict, unbounded,"
                   " out of order, inconsistent or missing on Kafka) is reported",
@@ -71,11 +98,14 @@ def test_checker_reports_every_planted_corruption(
                                            "violations reported": len(found)},
            faults=len(planted), invariants={"corruption_missed": len(missed),
                                             "cli_missed": len(cli_missed),
-                                            "cli_exit_not_1": int(bad_cli.returncode != 1)},
+                                            "cli_exit_not_1": int(bad_cli.returncode != 1),
+                                            "audit_missed": len(audit_missed),
+                                            "audit_exit_not_2": int(bad_audit.returncode != 2)},
            duration_s=time.monotonic() - run.started,
            reported=dict(sorted((k, v) for k, v in summary(found).items() if v)))
     assert missed == {}, found
     assert bad_cli.returncode == 1 and cli_missed == [], bad_cli.stdout
+    assert bad_audit.returncode == 2 and audit_missed == [], bad_audit.stdout
 
 
 def plant_database_corruptions(dsn: str, uploaded: set[str]) -> dict[str, str]:

@@ -109,6 +109,15 @@ EXPECTED_INDEXES = {
     "ix_rfa_due": ("recording_finalize_attempts", False, ["status", "next_attempt_at"], None),
     "ux_outbox_dedupe": ("integration_outbox", True, ["topic", "dedupe_key"], None),
     "ix_outbox_unpublished": ("integration_outbox", False, ["id"], "(published_at IS NULL)"),
+    # the invariant auditor's windows (migration 0008), beyond SPEC §2
+    "ix_recording_terminal_updated": ("call_recordings", False, ["updated_at"],
+                                      "((status)::text = ANY ((ARRAY['Available'::character "
+                                      "varying, 'Failed'::character varying])::text[]))"),
+    "ix_conf_terminal_updated": ("conference_sessions", False, ["updated_at"],
+                                 "((status)::text = ANY ((ARRAY['Ended'::character varying, "
+                                 "'Failed'::character varying])::text[]))"),
+    "ix_outbox_created": ("integration_outbox", False, ["created_at"], None),
+    "ix_realtime_reference": ("realtime_outbox", False, ["reference_id"], None),
 }
 
 PRIMARY_KEYS = {

@@ -23,7 +23,7 @@ PROMQL_WORDS = {
     "sum", "max", "min", "avg", "count", "rate", "increase", "deriv", "by", "without", "and",
     "or", "unless", "on", "ignoring", "histogram_quantile", "le", "outcome", "actor",
     "component", "job", "status", "kind", "offset", "bool", "clamp_min", "abs", "irate",
-    "topk", "time", "vector", "absent", "labels", "summary", "severity",
+    "topk", "time", "vector", "absent", "labels", "summary", "severity", "invariant",
 }
 
 
