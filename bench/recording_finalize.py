@@ -299,14 +299,14 @@ def _did_work(c: FinalizeCounts) -> bool:
                 + c.rescheduled + c.config_fault)
 
 
-async def drain(cfg: Config, wrap_db: Any = None
-                ) -> tuple[float, FinalizeCounts, int, TimedStore]:
+async def drain(cfg: Config, wrap_db: Any = None, wrap_store: Any = TimedStore
+                ) -> tuple[float, FinalizeCounts, int, Any]:
     """Run cycles until one finds nothing due; (seconds, summed counts, cycles, HEADs)."""
     total = FinalizeCounts()
     cycles = 0
     async with open_resources(cfg) as res:
         db = wrap_db(res.db) if wrap_db else res.db
-        store = TimedStore(res.store)
+        store = wrap_store(res.store)
         job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db,
                           store, res.wakeup.wake)  # type: ignore[arg-type]
         started = time.perf_counter()

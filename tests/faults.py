@@ -33,6 +33,7 @@ the listener and every connection (each handler's ``finally``).
 from __future__ import annotations
 
 import http
+import random
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
@@ -82,6 +83,7 @@ class HttpRule:
     status: int | None = None        # answer locally; the server never sees the request
     headers: Mapping[str, str] = attrs.field(factory=dict)  # added to the local answer
     latency: float = 0.0             # forward after this delay
+    jitter: float = 0.0              # ... plus a uniform draw from [-jitter, +jitter]
     reset_after: int | None = None   # forward, then RST after N response bytes
     blackhole: bool = False          # swallow the request and never answer
     times: int | None = None
@@ -346,8 +348,9 @@ class FaultProxy:
             if rule is not None and rule.status is not None:
                 await self._emit(conn, _local_answer(req, rule))
                 continue
-            if rule is not None and rule.latency:
-                await trio.sleep(rule.latency)
+            if rule is not None and (rule.latency or rule.jitter):
+                await trio.sleep(max(0.0, rule.latency + random.uniform(-rule.jitter,
+                                                                        rule.jitter)))
             upstream = await self._upstream(conn)
             await upstream.stream.send_all(head + body)
             if not await self._relay_response(conn, req, upstream, rule):
