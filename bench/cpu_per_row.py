@@ -272,7 +272,8 @@ def main() -> None:
                       f" {r['worker']:.3f}, together {r['daemon'] + r['worker']:.3f};"
                       f" cores postgres {r['postgres_cores']:.2f} weed"
                       f" {r['weed_cores']:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
-            print(f"drain CPU ms per row: daemon {spread([r['daemon'] for r in results], '{:.3f}')};"
+            ms = "{:.3f}"
+            print(f"drain CPU ms per row: daemon {spread([r['daemon'] for r in results], ms)};"
                   f" S3 worker {spread([r['worker'] for r in results], '{:.3f}')}; together"
                   f" {spread([r['daemon'] + r['worker'] for r in results], '{:.3f}')};"
                   f" rows/s {spread([r['rate'] for r in results])}")
@@ -296,7 +297,8 @@ def main() -> None:
                       f" {w['worker']:.2f}% of a core; load {os.getloadavg()[0]:.2f}")
             total = [w["daemon"] + w["worker"] for w in windows]
             ok = {True: "ok", False: "MISSED"}
-            print(f"idle CPU % of one core: daemon {spread([w['daemon'] for w in windows], '{:.2f}')};"
+            pct = "{:.2f}"
+            print(f"idle CPU % of one core: daemon {spread([w['daemon'] for w in windows], pct)};"
                   f" S3 worker {spread([w['worker'] for w in windows], '{:.2f}')};"
                   f" together {spread(total, '{:.2f}')}  target < 1%:"
                   f" {ok[statistics.median(total) < 1]}")
