@@ -9,9 +9,10 @@ relay after each group that enqueued events. Restart type: none — it lives for
 It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``)
 and applies the group in one thread hop (``Database.atomic_each``): rows that
 become or already are Available (the bulk of a drain) go through one set-based statement
-— one transaction holding whole rows; if the database rejects any row's data, that
-statement rolls back and those rows are applied one statement each, so only the bad row
-is quarantined — and every other outcome is one statement of its own.
+and rows whose binary is Missing through another — each one transaction holding whole
+rows; if the database rejects any row's data, that statement rolls back and those rows
+are applied one statement each, so only the bad row is quarantined — and every other
+outcome is one statement of its own.
 
 A recording that another transaction holds (the ingest callback) is skipped, never
 waited on (seed: "a recording locked by the ingest callback is skipped"): its statement
@@ -72,7 +73,10 @@ from supervision.tracing import span
 log = structlog.get_logger("finalize_committer")
 
 GROUP = 32
-GATHER_S = 0.01
+# Up to 50 ms: at the pace of S3 (a few hundred rows/s) a 10 ms window gave groups of
+# ~3 rows, and the thread crossing per group was the daemon's largest CPU cost per row
+# (bench/cpu_per_row.py: 0.99 -> 0.70 ms of daemon CPU per row from 10 to 50 ms).
+GATHER_S = 0.05
 
 
 class EffectKind(enum.Enum):
@@ -106,7 +110,8 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
         (applied,) = publish_available(conn, [(row, found)], job_run_id)
         return Effect(EffectKind.AVAILABLE, applied=applied)
     if isinstance(decision, Missing):
-        return Effect(EffectKind.FAILED, applied=fail_timeout(conn, row))
+        (applied,) = fail_timeout(conn, [row])
+        return Effect(EffectKind.FAILED, applied=applied)
     if isinstance(decision, Transient):
         reason = f"s3:{decision.error}"
         status = record_transient(conn, row, reason, max_attempts)
@@ -125,27 +130,36 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
 
 
 @attrs.frozen
-class AvailableGroup:
-    """Outcomes applied together by one set-based statement."""
+class OutcomeGroup:
+    """Outcomes of one kind (AVAILABLE or FAILED) applied together by one set-based
+    statement."""
 
+    kind: EffectKind
     outcomes: list[RowOutcome]
 
 
-def apply_unit(conn: psycopg.Connection, unit: RowOutcome | AvailableGroup, job_run_id: str,
+def apply_unit(conn: psycopg.Connection, unit: RowOutcome | OutcomeGroup, job_run_id: str,
                max_attempts: int) -> Effect | list[Effect]:
-    if isinstance(unit, AvailableGroup):
+    if isinstance(unit, OutcomeGroup) and unit.kind is EffectKind.AVAILABLE:
         rows = [(o.row, None if isinstance(o.decision, Terminal)
                  else attrs.asdict(o.decision)) for o in unit.outcomes]
         return [Effect(EffectKind.AVAILABLE, applied=a)
                 for a in publish_available(conn, rows, job_run_id)]
+    if isinstance(unit, OutcomeGroup):
+        return [Effect(EffectKind.FAILED, applied=a)
+                for a in fail_timeout(conn, [o.row for o in unit.outcomes])]
     return apply_outcome(conn, unit, job_run_id, max_attempts)
 
 
-def plan_units(group: list[RowOutcome]) -> list[RowOutcome | AvailableGroup]:
+def plan_units(group: list[RowOutcome]) -> list[RowOutcome | OutcomeGroup]:
+    """The Available rows as one unit, the Missing ones as another (each only when more
+    than one), every other outcome a unit of its own."""
     available = [o for o in group if isinstance(o.decision, Found | Terminal)]
-    others: list[RowOutcome | AvailableGroup] = [
-        o for o in group if not isinstance(o.decision, Found | Terminal)]
-    return ([AvailableGroup(available)] if len(available) > 1 else available) + others
+    missing = [o for o in group if isinstance(o.decision, Missing)]
+    units: list[RowOutcome | OutcomeGroup] = []
+    for kind, outcomes in ((EffectKind.AVAILABLE, available), (EffectKind.FAILED, missing)):
+        units += [OutcomeGroup(kind, outcomes)] if len(outcomes) > 1 else outcomes
+    return units + [o for o in group if not isinstance(o.decision, Found | Terminal | Missing)]
 
 
 async def run_finalize_committer(
@@ -156,7 +170,7 @@ async def run_finalize_committer(
     apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
     async for first in inbox:
         group = [first]
-        # Outcomes trickle in at the pace of S3: gather for a few milliseconds so a
+        # Outcomes trickle in at the pace of S3: gather for up to GATHER_S so a
         # thread hop carries a group, not a row (bounded delay, bounded size).
         with trio.move_on_after(GATHER_S):
             while len(group) < GROUP:
@@ -169,7 +183,7 @@ async def run_finalize_committer(
         pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []
         retry: list[RowOutcome] = []
         for unit, result in zip(units, results, strict=True):
-            if isinstance(unit, AvailableGroup):
+            if isinstance(unit, OutcomeGroup):
                 if isinstance(result, DataProblem):
                     retry.extend(unit.outcomes)  # rolled back whole: one by one now
                 else:

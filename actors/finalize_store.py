@@ -119,12 +119,17 @@ def publish_available(conn: psycopg.Connection,
     return [by_attempt[row.attempt_id] for row, _ in rows]
 
 
-def fail_timeout(conn: psycopg.Connection, row: ClaimedRow) -> Applied:
-    params = {"recording_id": row.recording_id, "attempt_id": row.attempt_id,
-              "old_attempts": row.old_attempts}
-    rec = conn.execute(QUERIES["finalize_attempts_fail_timeout"], params).fetchone()
-    assert rec is not None
-    return Applied(bool(rec[0]), bool(rec[1]), bool(rec[2]), bool(rec[3]))
+def fail_timeout(conn: psycopg.Connection, rows: list[ClaimedRow]) -> list[Applied]:
+    """Missing binary past the SLA → Failed/Timeout for each row, one statement; results
+    in input order."""
+    records = conn.execute(QUERIES["finalize_attempts_fail_timeout"], {
+        "attempt_ids": [row.attempt_id for row in rows],
+        "recording_ids": [row.recording_id for row in rows],
+        "old_attempts": [row.old_attempts for row in rows],
+    }).fetchall()
+    by_attempt = {str(r[0]): Applied(bool(r[1]), bool(r[2]), bool(r[3]), bool(r[4]))
+                  for r in records}
+    return [by_attempt[row.attempt_id] for row in rows]
 
 
 def record_transient(conn: psycopg.Connection, row: ClaimedRow, error: str,

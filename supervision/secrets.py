@@ -130,6 +130,13 @@ _PATTERNS = (
 )
 
 
+def _may_hold_credential(text: str) -> bool:
+    """False when none of :data:`_PATTERNS` can match: each needs its literal ("=" after a
+    key, "://" of a URL, psycopg's message). Substring tests are much cheaper than three
+    regular-expression scans of every logged value."""
+    return "=" in text or "://" in text or "percent-encoded token" in text
+
+
 @attrs.define
 class Scrubber:
     """Masks known secrets and anything shaped like a credential in log lines.
@@ -148,8 +155,9 @@ class Scrubber:
     def scrub(self, text: str) -> str:
         for secret in self._known:
             text = text.replace(secret, REDACTED)
-        for pattern, replacement in _PATTERNS:
-            text = pattern.sub(replacement, text)
+        if _may_hold_credential(text):  # most values (ids, event names) cannot: skip
+            for pattern, replacement in _PATTERNS:
+                text = pattern.sub(replacement, text)
         return text
 
     def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]

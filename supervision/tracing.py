@@ -13,7 +13,7 @@ children of the cycle span.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -34,6 +34,7 @@ def configure_tracing(cfg: TracingConfig, exporter: SpanExporter | None = None) 
     """Install an SDK tracer provider when an endpoint (or a test exporter) is given.
 
     A test exporter gets every span synchronously; the OTLP exporter gets batches."""
+    global _configured
     if exporter is None and not cfg.endpoint:
         return
     provider = TracerProvider(resource=Resource.create({"service.name": "safetynet"}))
@@ -44,11 +45,24 @@ def configure_tracing(cfg: TracingConfig, exporter: SpanExporter | None = None) 
     else:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    _configured = True
+
+
+_NO_SPAN: AbstractContextManager[trace.Span] = nullcontext(trace.INVALID_SPAN)
+_configured = False  # set by configure_tracing: until then spans cost nothing
+
+
+def span(name: str, **attributes: Any) -> AbstractContextManager[trace.Span]:
+    """A span with the given attributes (None values are left out); a shared no-op
+    context when tracing is not configured (a span per row would otherwise build its
+    attributes and enter the API's no-op tracer for nothing)."""
+    if not _configured:
+        return _NO_SPAN
+    return _span(name, attributes)
 
 
 @contextmanager
-def span(name: str, **attributes: Any) -> Iterator[trace.Span]:
-    """A span with the given attributes (None values are left out)."""
+def _span(name: str, attributes: dict[str, Any]) -> Iterator[trace.Span]:
     clean = {k: v for k, v in attributes.items() if v is not None}
     with _tracer.start_as_current_span(name, attributes=clean) as current:
         yield current

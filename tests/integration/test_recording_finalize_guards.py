@@ -12,7 +12,7 @@ import prometheus_client
 import psycopg
 import pytest
 
-from actors.finalize_store import claim_due, db_now
+from actors.finalize_store import Applied, claim_due, db_now, fail_timeout
 from actors.gauge_refresher import refresh_recording_slo
 from supervision.config import Config
 from supervision.dev.stack import S3Server
@@ -95,6 +95,37 @@ async def test_recording_locked_by_the_ingest_callback_is_skipped_not_waited_on(
     assert counts_of(second) == {"reconciled" if binary else "failed": 1}
     assert recording(conn, held.id)["status"] == verdict
     assert attempt(conn, held.id)["status"] == "Done"
+
+
+def test_missing_rows_of_a_group_fail_in_one_statement_each_row_on_its_own_terms(
+        cfg: Config, db_dsn: str, conn: psycopg.Connection) -> None:
+    """The set-based Missing verdict: of three claimed rows, a free one goes Failed/Timeout
+    with its realtime event, one whose recording another transaction holds is skipped
+    (attempt given back, nothing written) and one already Failed is only closed — each
+    result in input order, the whole group in one statement."""
+    sid = insert_call_session(conn)
+    free, held, done = (insert_recording(conn, session_id=sid) for _ in range(3))
+    conn.execute("UPDATE messenger.call_recordings SET status = 'Failed',"
+                 " failure_reason = 'Timeout' WHERE id = %s", (done.id,))
+    with conn.transaction():
+        claimed = {r.recording_id: r for r in claim_due(
+            conn, cfg.jobs.recording_finalize, db_now(conn), False).rows}
+    rows = [claimed[free.id], claimed[held.id], claimed[done.id]]
+    with psycopg.connect(db_dsn) as ingest:
+        ingest.execute("SELECT 1 FROM messenger.call_recordings WHERE id = %s FOR UPDATE",
+                       (held.id,))
+        with conn.transaction():
+            applied = fail_timeout(conn, rows)
+        ingest.rollback()
+    assert applied == [Applied(True, True, True), Applied(False, False, False, True),
+                       Applied(False, False, True)]
+    assert recording(conn, free.id)["failure_reason"] == "Timeout"
+    assert [r["kind"] for r in realtime_rows(conn, free.id)] == ["RecordingFailed"]
+    assert recording(conn, held.id)["status"] == "Uploading"
+    assert (attempt(conn, held.id)["status"], attempt(conn, held.id)["attempts"]) == (
+        "Pending", 0)
+    assert realtime_rows(conn, held.id) == [] and realtime_rows(conn, done.id) == []
+    assert attempt(conn, free.id)["status"] == attempt(conn, done.id)["status"] == "Done"
 
 
 def stuck_gauge(conn: psycopg.Connection, cfg: Config) -> float | None:

@@ -91,3 +91,19 @@ def test_driver_messages_logged_by_actors_are_masked() -> None:
     logging.getLogger("psycopg.pool").warning("error connecting: %s", "sslpassword = k3yphrase")
     assert "pa%zzw0rd" not in buffer.getvalue() and "k3yphrase" not in buffer.getvalue()
     assert leaks(buffer.getvalue(), set()) == []
+
+
+@pytest.mark.parametrize(("line", "secret"), [
+    ("connect failed: host=db password = hunter22 user=app", "hunter22"),
+    ("dsn: host=db password='two words' port=5432", "two words"),
+    ("fetch https://app:pw123@s3.example/b failed", "pw123"),
+    ('error connecting: invalid percent-encoded token: "pa%zzword"', "pa%zzword"),
+])
+def test_scrubber_masks_each_credential_shape_it_knows(line: str, secret: str) -> None:
+    """Values that may hold a credential are scanned (the scrubber skips the scan only
+    for text none of its patterns could match), and the credential is masked."""
+    from supervision.secrets import Scrubber
+
+    assert secret not in Scrubber().scrub(line)
+    plain = "recording_reconciled 6f1c1f63-29a4"
+    assert Scrubber().scrub(plain) == plain

@@ -100,18 +100,27 @@ WHERE id = %(id)s AND status = 'Pending'
 RETURNING status;
 
 -- name: finalize_attempts_fail_timeout --
--- Missing binary after the SLA: -> Failed/Timeout (guarded), realtime RecordingFailed,
--- finalize row -> Done. No Kafka event: the contract has none for failures.
+-- Missing binary after the SLA, for one row or a group, in one statement (one
+-- transaction: the group commits or rolls back whole): -> Failed/Timeout (guarded),
+-- realtime RecordingFailed, finalize row -> Done. No Kafka event: the contract has none
+-- for failures. Inputs are parallel arrays, one entry per row.
 -- A recording another transaction holds (the ingest callback) is skipped, not waited on:
 -- the finalize row gets its attempt back and is due again from now (the next cycle).
-WITH locked AS (
+-- Returns, per row, what happened to it.
+WITH input AS (
+    SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
+                         %(old_attempts)s::int[])
+        AS i(attempt_id, recording_id, old_attempts)
+),
+locked AS (
     SELECT r.id FROM messenger.call_recordings r
-    WHERE r.id = %(recording_id)s
+    WHERE r.id IN (SELECT recording_id FROM input)
+    ORDER BY r.id
     FOR NO KEY UPDATE SKIP LOCKED
 ),
 busy AS (
     SELECT r.id FROM messenger.call_recordings r
-    WHERE r.id = %(recording_id)s AND r.id NOT IN (SELECT id FROM locked)
+    WHERE r.id IN (SELECT recording_id FROM input) AND r.id NOT IN (SELECT id FROM locked)
 ),
 upd AS (
     UPDATE messenger.call_recordings
@@ -129,24 +138,31 @@ rt AS (
                               'SessionKind', u.session_kind, 'Status', 'Failed',
                               'FailureReason', 'Timeout')
     FROM upd u
-    RETURNING id
+    ORDER BY u.id
+    RETURNING reference_id
 ),
 fin AS (
-    UPDATE messenger.recording_finalize_attempts
+    UPDATE messenger.recording_finalize_attempts a
     SET status = 'Done', last_error = NULL, updated_at = now()
-    WHERE id = %(attempt_id)s AND status = 'Pending' AND NOT EXISTS (SELECT 1 FROM busy)
-    RETURNING id
+    FROM input i
+    WHERE a.id = i.attempt_id AND a.status = 'Pending'
+      AND i.recording_id NOT IN (SELECT id FROM busy)
+    RETURNING a.id
 ),
 back AS (
-    UPDATE messenger.recording_finalize_attempts
-    SET attempts = %(old_attempts)s, next_attempt_at = now(), updated_at = now()
-    WHERE id = %(attempt_id)s AND status = 'Pending' AND EXISTS (SELECT 1 FROM busy)
-    RETURNING id
+    UPDATE messenger.recording_finalize_attempts a
+    SET attempts = i.old_attempts, next_attempt_at = now(), updated_at = now()
+    FROM input i
+    WHERE a.id = i.attempt_id AND a.status = 'Pending'
+      AND i.recording_id IN (SELECT id FROM busy)
+    RETURNING a.id
 )
-SELECT (SELECT count(*) FROM upd) AS transitioned,
-       (SELECT count(*) FROM rt) AS enqueued,
-       (SELECT count(*) FROM fin) AS closed,
-       (SELECT count(*) FROM back) AS skipped_locked;
+SELECT i.attempt_id,
+       i.recording_id IN (SELECT id FROM upd) AS transitioned,
+       i.recording_id IN (SELECT reference_id FROM rt) AS enqueued,
+       i.attempt_id IN (SELECT id FROM fin) AS closed,
+       i.attempt_id IN (SELECT id FROM back) AS skipped_locked
+FROM input i;
 
 -- name: finalize_attempts_requeue --
 -- Runbook re-enqueue: Pending, attempts 0, due now.
