@@ -138,7 +138,8 @@ async def test_readyz_follows_postgres_down_and_back() -> None:
                                                  readiness)
             url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
             async with httpx.AsyncClient() as client:
-                assert (await client.get(f"{url}/readyz")).status_code == 200
+                # the pool connects in the background: ready once it has
+                await trio.to_thread.run_sync(wait_until, lambda: _ready(url), 20, "readiness")
                 await trio.to_thread.run_sync(server.stop)
                 down = await client.get(f"{url}/readyz", timeout=10)
                 assert down.status_code == 503
