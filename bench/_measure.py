@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 
-def _tree_cpu(pid: int) -> float:
+def tree_cpu(pid: int) -> float:
     """User + system seconds of *pid*, its reaped children and its live descendants."""
     try:
         proc = psutil.Process(pid)
@@ -70,7 +70,7 @@ class CpuMeter:
 
     def _snapshot(self) -> dict[str, float]:
         snap = {"python": _self_cpu(), "children": _reaped_children_cpu()}
-        snap.update({name: _tree_cpu(pid) for name, pid in self.servers.items()})
+        snap.update({name: tree_cpu(pid) for name, pid in self.servers.items()})
         snap["wall"] = time.perf_counter()
         return snap
 

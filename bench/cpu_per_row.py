@@ -50,7 +50,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._measure import PY_SPY, py_spy_available, spread  # noqa: E402
+from bench._measure import PY_SPY, py_spy_available, spread, tree_cpu  # noqa: E402
 from bench.recording_finalize import (  # noqa: E402
     BUCKET,
     db_state,
@@ -150,19 +150,7 @@ class Daemon:
 
 
 def server_cpu(pid: int | None) -> float:
-    if not pid:
-        return 0.0
-    try:
-        proc = psutil.Process(pid)
-        t = proc.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                ct = child.cpu_times()
-                total += ct.user + ct.system
-        return float(total)
-    except psutil.Error:
-        return 0.0
+    return tree_cpu(pid) if pid else 0.0
 
 
 def done_rows(dsn: str) -> int:
