@@ -24,6 +24,7 @@ import psycopg
 import tomli_w
 import trio
 from httpx_auth import AWS4Auth
+from prometheus_client.parser import text_string_to_metric_families
 
 from supervision.dev.stack import S3Server, free_ports
 from supervision.queries import QUERIES
@@ -77,6 +78,23 @@ def daemon_config(dsn: str, *, s3_url: str, s3: S3Server, bucket: str,
 
 
 # ------------------------------------------------------------------------------ daemon
+
+
+def audit_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The shipped auditor: `safetynet audit` on the daemon's own config, no age bounds."""
+    return subprocess.run([sys.executable, "-m", "supervision.app", "audit", *args,
+                           "-c", str(config)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def audit_config(tmp_path: Path, cfg: dict[str, object]) -> Path:
+    """The daemons' config with the auditor's age bounds at zero: every row is judged,
+    however young (the test has settled first), over the last hour."""
+    path = tmp_path / "audit.toml"
+    path.write_text(tomli_w.dumps({**cfg, "audit": {"grace": "0s", "relay_lag": "0s",
+                                                    "window": "1h", "s3_rate": 1000}}))
+    return path
+
 
 
 class Daemon:
@@ -150,6 +168,15 @@ class Daemon:
             return sum(1 for e in self.events() if e.get("event") == event
                        and (job is None or e.get("job") == job)) >= count
         wait_until(seen, limit_s, f"{self.name}: {count} x {event}")
+
+    def invariant_gauges(self) -> dict[str, float]:
+        """``safetynet_invariant_violations{invariant}`` as this daemon's /metrics shows it
+        (empty before its auditor's first run)."""
+        text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=10).text
+        return {sample.labels["invariant"]: sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "safetynet_invariant_violations"}
 
     def leaks(self) -> list[str]:
         return leaks(self.log.read_text(errors="replace"), KNOWN_SECRETS)

@@ -15,14 +15,22 @@ from pathlib import Path
 import attrs
 import psycopg
 import pytest
-import tomli_w
 
 from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
 from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
 from supervision.dev.stack import KafkaServer, S3Server
 from tests.chaos.checker import Violation, check, summary
 from tests.chaos.conftest import LIMITS, Run
-from tests.chaos.daemon import ROOT, Daemon, Daemons, daemon_config, seed, wait_settled
+from tests.chaos.daemon import (
+    ROOT,
+    Daemon,
+    Daemons,
+    audit_cli,
+    audit_config,
+    daemon_config,
+    seed,
+    wait_settled,
+)
 from tests.chaos.ledger import Ledger, read_ledger
 from tests.chaos.report import record
 
@@ -30,20 +38,6 @@ pytestmark = pytest.mark.chaos
 
 CLI_LIMITS = ["--sla", "0s", "--slack", "0s", "--empty-room-grace", "5s",
               "--provision-timeout", "5s", "--stale-live-timeout", "1m"]
-
-
-def audit_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The shipped auditor: `safetynet audit` on the daemon's own config, no age bounds."""
-    return subprocess.run([sys.executable, "-m", "supervision.app", "audit", *args,
-                           "-c", str(config)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
-
-
-def audit_config(tmp_path: Path, cfg: dict[str, object]) -> Path:
-    path = tmp_path / "audit.toml"
-    path.write_text(tomli_w.dumps({**cfg, "audit": {"grace": "0s", "relay_lag": "0s",
-                                                    "window": "1h", "s3_rate": 1000}}))
-    return path
 
 
 def cli(dsn: str) -> subprocess.CompletedProcess[str]:
