@@ -12,7 +12,8 @@ per HEAD, none of it in the daemon, which pays for one short JSON line each way
 Protocol: the settings line, then requests and credential updates, on stdin; answers
 on stdout in completion order, as many per write as are ready — while requests still
 queue here, an answer waits up to :data:`ANSWER_HOLD` for others, so the daemon wakes
-once per batch of answers and sends its refills as one write. New credentials (the
+once per batch of answers and sends its refills as one write (an error answer goes at
+once, with those held before it: the daemon's breaker must not learn of an outage late). New credentials (the
 daemon refreshed temporary ones) sign every request started after they arrive; requests
 already on the wire finish with the keys they were signed with. A session token goes out
 as the ``x-amz-security-token`` header, which libcurl's SigV4 signs with the others.
@@ -73,7 +74,8 @@ IDLE_WAIT = 1.0  # seconds; select() wakes sooner for stdin or a socket
 # Answers wait up to this long for others while requests are still queued here (the
 # connections have work, so the daemon's refills are not urgent): one pipe write — and
 # one wake-up of the daemon, which then sends its refills in one write — per batch, not
-# per answer. With nothing queued they go at once.
+# per answer. With nothing queued, or when one of them is an error (the daemon's breaker
+# must see a failing store at once, before more queued HEADs go out), they go at once.
 ANSWER_HOLD = 0.002
 # libcurl error codes → the class names stored in last_error (no URL, no host)
 TRANSPORT_ERRORS = {
@@ -195,6 +197,7 @@ class CurlPool:
         self._credentials: Credentials | None = None
         self._generation = 0
         self._handle_generation: dict[pycurl.Curl, int] = {}
+        self.errors = 0  # answers so far that were not Found / Missing
         self.set_credentials(settings.credentials)
 
     def _new_handle(self) -> pycurl.Curl:
@@ -271,6 +274,8 @@ class CurlPool:
                 outcome = request.outcome(int(handle.getinfo(pycurl.RESPONSE_CODE)))
             except Exception as exc:  # input must never kill the worker: that row only
                 outcome = request.unreadable(type(exc).__name__)
+        if isinstance(outcome, Transient | Fault | Poison):
+            self.errors += 1
         return encode_answer(request.request_id, outcome)
 
     @property
@@ -309,12 +314,14 @@ def serve_worker(stdin: int, stdout: int) -> None:
                 pool.set_credentials(message)
             else:
                 pool.submit(*message)
+        errors = pool.errors
         answers = pool.step()
         now = time.monotonic()
         if answers and not held:
             held_since = now
         held += answers
-        hold = answer_hold(held_since, now, pool.queued) if held else IDLE_WAIT
+        queued = pool.queued if pool.errors == errors else 0  # an error goes at once
+        hold = answer_hold(held_since, now, queued) if held else IDLE_WAIT
         if held and hold <= 0:
             _write_all(stdout, b"".join(held))
             held, hold = [], IDLE_WAIT
