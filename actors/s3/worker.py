@@ -13,10 +13,11 @@ Protocol: the settings line, then requests and credential updates, on stdin; ans
 on stdout in completion order, as many per write as are ready — while requests still
 queue here, an answer waits up to :data:`ANSWER_HOLD` for others, so the daemon wakes
 once per batch of answers and sends its refills as one write (an error answer goes at
-once, with those held before it: the daemon's breaker must not learn of an outage late). New credentials (the
-daemon refreshed temporary ones) sign every request started after they arrive; requests
-already on the wire finish with the keys they were signed with. A session token goes out
-as the ``x-amz-security-token`` header, which libcurl's SigV4 signs with the others.
+once, with those held before it: the daemon's breaker must not learn of an outage late).
+New credentials (the daemon refreshed temporary ones) sign every request started after
+they arrive; requests already on the wire finish with the keys they were signed with. A
+session token goes out as the ``x-amz-security-token`` header, which libcurl's SigV4
+signs with the others.
 TLS is verified against ``s3.ca_file`` (else certifi's bundle); a certificate it does not
 trust, or a CA file libcurl cannot read, is a :class:`Fault` (configuration), not a
 transport error to retry. Every request gets exactly one answer: HTTP
