@@ -29,12 +29,17 @@ def event_id(topic: str, dedupe_key: str) -> str:
     return str(uuid.uuid5(EVENT_NAMESPACE, f"{topic}\n{dedupe_key}"))
 
 
-def event_headers(topic: str, dedupe_key: str, event_type: str, job_run_id: str,
-                  source: str) -> str:
-    return json.dumps({
+def event_header_fields(topic: str, dedupe_key: str, event_type: str, job_run_id: str,
+                        source: str) -> dict[str, str]:
+    return {
         "event-type": event_type, "event-id": event_id(topic, dedupe_key),
         "correlation-id": job_run_id, "source": source, "content-type": "application/json",
-    })
+    }
+
+
+def event_headers(topic: str, dedupe_key: str, event_type: str, job_run_id: str,
+                  source: str) -> str:
+    return json.dumps(event_header_fields(topic, dedupe_key, event_type, job_run_id, source))
 
 
 def db_now(conn: psycopg.Connection) -> dt.datetime:
@@ -52,9 +57,10 @@ class Claim:
 
 
 def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.datetime,
-              s3_down: bool) -> Claim:
+              s3_down: bool, size: int | None = None) -> Claim:
+    """Claim up to *size* due rows (default ``cfg.batch_size``)."""
     params = {
-        "as_of": as_of, "batch_size": cfg.batch_size, "sla": cfg.finalize_sla_timeout,
+        "as_of": as_of, "batch_size": size or cfg.batch_size, "sla": cfg.finalize_sla_timeout,
         "recheck": cfg.polling_interval, "backoff_base": cfg.backoff_base,
         "backoff_factor": cfg.backoff_factor, "backoff_cap": cfg.backoff_cap,
         "backoff_jitter": cfg.backoff_jitter, "s3_down": s3_down,
@@ -96,24 +102,17 @@ def publish_available(conn: psycopg.Connection,
                            job_run_id: str) -> list[Applied]:
     """Adopt each row's *found* metadata (→ Available) when given, enqueue the event where
     missing, close the finalize rows — one statement; results in input order."""
-    params: dict[str, Any] = {
-        "topic": TOPIC_RECORDING_AVAILABLE, "attempt_ids": [], "recording_ids": [],
-        "transitions": [], "file_ids": [], "sizes": [], "durations": [], "formats": [],
-        "headers": [], "old_attempts": [],
-    }
-    for row, found in rows:
-        params["attempt_ids"].append(row.attempt_id)
-        params["old_attempts"].append(row.old_attempts)
-        params["recording_ids"].append(row.recording_id)
-        params["transitions"].append(found is not None)
-        params["file_ids"].append(found and found["file_id"])
-        params["sizes"].append(found and found["size_bytes"])
-        params["durations"].append(found and found["duration_seconds"])
-        params["formats"].append(found and found["format"])
-        params["headers"].append(event_headers(TOPIC_RECORDING_AVAILABLE, row.recording_id,
-                                               "CallRecordingAvailable", job_run_id, SOURCE))
-    records = conn.execute(QUERIES["finalize_attempts_publish_available"], params
-                           ).fetchall()
+    items = [{
+        "attempt_id": row.attempt_id, "recording_id": row.recording_id,
+        "transition": found is not None, "file_id": found and found["file_id"],
+        "size_bytes": found and found["size_bytes"],
+        "duration_seconds": found and found["duration_seconds"],
+        "format": found and found["format"], "old_attempts": row.old_attempts,
+        "headers": event_header_fields(TOPIC_RECORDING_AVAILABLE, row.recording_id,
+                                       "CallRecordingAvailable", job_run_id, SOURCE),
+    } for row, found in rows]
+    records = conn.execute(QUERIES["finalize_attempts_publish_available"], {
+        "topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps(items)}).fetchall()
     by_attempt = {str(r[0]): Applied(bool(r[1]), bool(r[2]), bool(r[3]), bool(r[4]))
                   for r in records}
     return [by_attempt[row.attempt_id] for row, _ in rows]

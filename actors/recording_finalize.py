@@ -8,6 +8,7 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
          │ transient ─▶ breaker open: claim only rows that need no HEAD      claim nothing
          ▼
     claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
+      (claims of max(batch_size, 2 x pool) rows, bounded by the back-off: claim_size)
         └──────────────RowOutcome (terminal, poison)───────────────────────────▶
 
 After a green probe, rows quarantined for an object-storage failure are requeued once S3
@@ -32,7 +33,7 @@ import trio
 
 from actors.cycle_frame import RunStatus, cycle_frame
 from actors.finalize_canary import check_known_present
-from actors.finalize_claimer import run_finalize_claimer
+from actors.finalize_claimer import claim_size, run_finalize_claimer
 from actors.finalize_committer import run_finalize_committer
 from actors.finalize_messages import ClaimedRow, RowOutcome
 from actors.finalize_redrive import observe_s3, redrive_quarantined
@@ -65,6 +66,7 @@ class FinalizeJob:
     wake_relay: Callable[[], None] = no_wakeup
     breaker_threshold: int = 5
     committers: int = 2
+    s3_timeout: float = 5.0  # s3.timeout: bounds how many rows a claim may hold
 
 
 async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
@@ -96,7 +98,10 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
         if await observe_s3(job.db, job.cfg, healthy=not s3_down):
             await redrive_quarantined(job.db, job.cfg, as_of, counts)
 
-        rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](job.cfg.batch_size)
+        pool = pool_size(job.concurrency)
+        size = claim_size(job.cfg, pool, job.concurrency, job.s3_timeout)
+        # a whole claim fits in the pool's queue: the next claim runs while it is worked
+        rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](size)
         outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](
             job.cfg.batch_size)
         # the originals close right after the spawns: only the workers' clones stay open
@@ -105,12 +110,12 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
                 nursery.start_soon(partial(
                     run_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
                     outcomes_recv.clone(), job.wake_relay))
-            for _ in range(pool_size(job.concurrency)):
+            for _ in range(pool):
                 nursery.start_soon(run_s3_reconciler, job.store, breaker, budget,
                                    rows_recv.clone(), outcomes_send.clone())
             nursery.start_soon(partial(
                 run_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, budget,
-                counts, s3_down, rows_send, outcomes_send))
+                counts, s3_down, rows_send, outcomes_send, size))
         if breaker.fault is not None:
             HEALTH.set_fault("s3", breaker.fault)
             log.error("config_fault", component="s3", error=breaker.fault)

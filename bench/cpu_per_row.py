@@ -23,7 +23,8 @@ polling the database) is not counted.
 Run:
 
     .venv/bin/python bench/cpu_per_row.py [--rows 5000] [--rounds 3] [--idle-seconds 60]
-        [--profile]   # py-spy (if installed) samples the daemon during one extra drain
+        [--profile]   # py-spy (if installed) samples the daemon and its S3 worker
+                      # during one extra drain (raw stacks kept in $TMPDIR)
 """
 
 from __future__ import annotations
@@ -200,19 +201,27 @@ def idle_windows(daemon: Daemon, seconds: float, rounds: int) -> list[dict[str, 
 
 
 def profile_drain(daemon: Daemon, dsn: str, rows: int, servers: dict[str, int | None],
-                  out: Path) -> Path:
+                  out: Path, worker_out: Path) -> None:
+    """py-spy the daemon (GIL-holding samples) into *out* and its S3 worker (one thread,
+    on-CPU samples) into *worker_out* during one drain."""
     exe = str(PY_SPY) if PY_SPY.exists() else shutil.which("py-spy") or "py-spy"
-    spy = subprocess.Popen(
-        [exe, "record", "--pid", str(daemon.proc.pid), "--rate", "400", "--format", "raw",
-         "--threads", "--gil", "--nonblocking", "--duration", "900", "-o", str(out)],
+    worker = daemon.worker()
+    targets = [(daemon.proc.pid, out, ["--threads", "--gil"])]
+    if worker is not None:
+        targets.append((worker.pid, worker_out, []))
+    spies = [subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--rate", "400", "--format", "raw", *flags,
+         "--nonblocking", "--duration", "900", "-o", str(path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for pid, path, flags in targets]
     time.sleep(1)
     try:
         drain_round(daemon, dsn, rows, servers)
     finally:
-        spy.send_signal(signal.SIGINT)
-        spy.communicate(timeout=60)
-    return out
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            spy.communicate(timeout=60)
 
 
 def main() -> None:
@@ -266,10 +275,15 @@ def main() -> None:
                   f" {spread([r['daemon'] + r['worker'] for r in results], '{:.3f}')};"
                   f" rows/s {spread([r['rate'] for r in results])}")
             if args.profile and py_spy_available():
-                raw = profile_drain(daemon, pg.dsn, rows, servers, base_dir / "py-spy.txt")
+                raw, raw_worker = base_dir / "py-spy.txt", base_dir / "py-spy-worker.txt"
+                profile_drain(daemon, pg.dsn, rows, servers, raw, raw_worker)
                 kept = Path(tempfile.gettempdir()) / "bench-cpu-py-spy.txt"
+                kept_worker = Path(tempfile.gettempdir()) / "bench-cpu-py-spy-worker.txt"
                 shutil.copy(raw, kept)
-                print(f"py-spy raw samples of the daemon during one more drain: {kept}")
+                if raw_worker.exists():
+                    shutil.copy(raw_worker, kept_worker)
+                print(f"py-spy raw samples during one more drain: daemon {kept},"
+                      f" S3 worker {kept_worker}")
             daemon.stop()
             seed(pg.dsn, "m", 0, all_available=False)  # empty backlog for the idle daemon
         if not args.skip_idle:

@@ -20,6 +20,10 @@ by the connections, not the CPU: its limit is ``s3.concurrency / latency`` HEAD/
                 default 50 ends a cycle after ~250 mixed rows, which measures cycle
                 starts, not S3).
 
+The drain claims ``claim_size`` rows at a time (max(batch_size, 2 x pool_size(c)),
+bounded by the back-off: 256 at c=64), so the printed "claims" column counts claims of
+that size.
+
 Ratios: drain HEAD/s over the limit (target >= 0.9), over raw pycurl, over the S3 worker.
 And where the drain's time went: before its first HEAD (cycle start: clock, probe,
 canaries), after its last answer (last commits, gauges, the empty cycle that ends the

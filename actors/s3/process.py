@@ -25,7 +25,8 @@ the rows keep their attempt and are retried after their back-off, and the breake
 the cycle if it keeps happening — and the next request starts a new one (at most one
 start per :data:`RESPAWN_INTERVAL`; in between, requests answer ``Transient(NOT_SENT)``,
 which the reconciler treats as not attempted). A request with no answer after
-``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")``.
+``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")`` (checked by one timer
+per worker generation, not a cancel scope per request).
 
 The worker's environment is filtered (:func:`worker_environment`): it gets what Python,
 locale and libcurl need, never the daemon's ``SAFETYNET__*`` overrides (the DSN, keys,
@@ -98,6 +99,7 @@ def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 @attrs.define(eq=False)
 class _Waiter:
+    deadline: float  # trio time after which it answers s3_worker_timeout
     done: trio.Event = attrs.Factory(trio.Event)
     outcome: HeadOutcome | None = None
 
@@ -116,6 +118,7 @@ class _Worker:
     credentials: Credentials | None  # the keys it signs with
     waiting: dict[int, _Waiter] = attrs.Factory(dict)
     exited: trio.Event = attrs.Factory(trio.Event)
+    busy: trio.Event = attrs.Factory(trio.Event)  # set when a request starts waiting
     alive: bool = True
 
     def lost(self, reason: str) -> None:
@@ -173,15 +176,18 @@ class WorkerObjectStore:
         return await self._request(OP_OBJECT, recording_id)
 
     async def _request(self, op: str, recording_id: str) -> HeadOutcome:
-        worker = await self._running_worker()
-        if worker is None:
-            return self._unavailable or Transient(NOT_SENT)
+        worker = self._worker
+        if worker is None or not worker.alive:  # the lock only to start one
+            worker = await self._running_worker()
+            if worker is None:
+                return self._unavailable or Transient(NOT_SENT)
         request_id = next(self._ids)
-        waiter = worker.waiting[request_id] = _Waiter()
+        waiter = worker.waiting[request_id] = _Waiter(
+            trio.current_time() + self.answer_timeout)
+        worker.busy.set()
         try:
             worker.requests.send_nowait(encode_request(request_id, op, recording_id))
-            with trio.move_on_after(self.answer_timeout):
-                await waiter.done.wait()
+            await waiter.done.wait()  # answered, lost, or expired by _expire_unanswered
             return waiter.outcome or Transient("s3_worker_timeout")
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return Transient("s3_worker_exited")
@@ -267,6 +273,7 @@ class WorkerObjectStore:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_write_requests, worker.process, requests)
+                nursery.start_soon(self._expire_unanswered, worker)
                 await _read_answers(worker)
                 nursery.cancel_scope.cancel()
         except* (WireError, trio.BrokenResourceError, OSError) as group:
@@ -284,6 +291,20 @@ class WorkerObjectStore:
             if worker.process.returncode and not self._closing:
                 log.warning("s3_worker_exited", returncode=worker.process.returncode)
             worker.exited.set()
+
+    async def _expire_unanswered(self, worker: _Worker) -> None:
+        """Answer ``s3_worker_timeout`` for requests past their deadline: one timer for
+        the generation instead of a cancel scope per request (a quarter of
+        ``answer_timeout`` late at most); asleep while nothing waits."""
+        while True:
+            if not worker.waiting:
+                worker.busy = trio.Event()
+                await worker.busy.wait()
+            await trio.sleep(self.answer_timeout / 4)
+            now = trio.current_time()
+            for waiter in list(worker.waiting.values()):
+                if waiter.deadline <= now:
+                    waiter.resolve(Transient("s3_worker_timeout"))
 
     async def aclose(self) -> None:
         """Close the worker's input and wait for it to exit (kill it after the timeout)."""

@@ -10,10 +10,14 @@ per HEAD, none of it in the daemon, which pays for one short JSON line each way
 (``actors.s3.wire``).
 
 Protocol: the settings line, then requests and credential updates, on stdin; answers
-on stdout in completion order, as many per write as are ready. New credentials (the
-daemon refreshed temporary ones) sign every request started after they arrive; requests
-already on the wire finish with the keys they were signed with. A session token goes out
-as the ``x-amz-security-token`` header, which libcurl's SigV4 signs with the others.
+on stdout in completion order, as many per write as are ready — while requests still
+queue here, an answer waits up to :data:`ANSWER_HOLD` for others, so the daemon wakes
+once per batch of answers and sends its refills as one write (an error answer goes at
+once, with those held before it: the daemon's breaker must not learn of an outage late).
+New credentials (the daemon refreshed temporary ones) sign every request started after
+they arrive; requests already on the wire finish with the keys they were signed with. A
+session token goes out as the ``x-amz-security-token`` header, which libcurl's SigV4
+signs with the others.
 TLS is verified against ``s3.ca_file`` (else certifi's bundle); a certificate it does not
 trust, or a CA file libcurl cannot read, is a :class:`Fault` (configuration), not a
 transport error to retry. Every request gets exactly one answer: HTTP
@@ -35,6 +39,7 @@ import collections
 import os
 import select
 import sys
+import time
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import attrs
@@ -67,6 +72,12 @@ from supervision.config import S3Config
 
 READ_SIZE = 64 * 1024
 IDLE_WAIT = 1.0  # seconds; select() wakes sooner for stdin or a socket
+# Answers wait up to this long for others while requests are still queued here (the
+# connections have work, so the daemon's refills are not urgent): one pipe write — and
+# one wake-up of the daemon, which then sends its refills in one write — per batch, not
+# per answer. With nothing queued, or when one of them is an error (the daemon's breaker
+# must see a failing store at once, before more queued HEADs go out), they go at once.
+ANSWER_HOLD = 0.002
 # libcurl error codes → the class names stored in last_error (no URL, no host)
 TRANSPORT_ERRORS = {
     pycurl.E_COULDNT_RESOLVE_HOST: "ResolveError",
@@ -187,6 +198,7 @@ class CurlPool:
         self._credentials: Credentials | None = None
         self._generation = 0
         self._handle_generation: dict[pycurl.Curl, int] = {}
+        self.errors = 0  # answers so far that were not Found / Missing
         self.set_credentials(settings.credentials)
 
     def _new_handle(self) -> pycurl.Curl:
@@ -263,14 +275,21 @@ class CurlPool:
                 outcome = request.outcome(int(handle.getinfo(pycurl.RESPONSE_CODE)))
             except Exception as exc:  # input must never kill the worker: that row only
                 outcome = request.unreadable(type(exc).__name__)
+        if isinstance(outcome, Transient | Fault | Poison):
+            self.errors += 1
         return encode_answer(request.request_id, outcome)
 
-    def wait(self, stdin: int | None) -> bool:
-        """Sleep until a socket or *stdin* is ready or curl wants a timer; True when
-        *stdin* is readable."""
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a connection."""
+        return len(self._queued)
+
+    def wait(self, stdin: int | None, limit: float = IDLE_WAIT) -> bool:
+        """Sleep until a socket or *stdin* is ready, curl wants a timer, or *limit*
+        seconds pass; True when *stdin* is readable."""
         readable, writable, failed = self._multi.fdset()
         timeout_ms = self._multi.timeout()
-        timeout = IDLE_WAIT if timeout_ms < 0 else min(IDLE_WAIT, timeout_ms / 1000)
+        timeout = min(limit, IDLE_WAIT if timeout_ms < 0 else timeout_ms / 1000)
         watch = [*readable, *([stdin] if stdin is not None else [])]
         ready, _, _ = select.select(watch, writable, failed, timeout)
         return stdin is not None and stdin in ready
@@ -287,6 +306,8 @@ def serve_worker(stdin: int, stdout: int) -> None:
         lines = splitter.feed(data)
     pool = CurlPool(decode_settings(lines[0]))
     pending = lines[1:]
+    held: list[bytes] = []
+    held_since = 0.0
     while True:
         for line in pending:
             message = decode_input(line)
@@ -294,15 +315,30 @@ def serve_worker(stdin: int, stdout: int) -> None:
                 pool.set_credentials(message)
             else:
                 pool.submit(*message)
+        errors = pool.errors
         answers = pool.step()
-        if answers:
-            _write_all(stdout, b"".join(answers))
+        now = time.monotonic()
+        if answers and not held:
+            held_since = now
+        held += answers
+        queued = pool.queued if pool.errors == errors else 0  # an error goes at once
+        hold = answer_hold(held_since, now, queued) if held else IDLE_WAIT
+        if held and hold <= 0:
+            _write_all(stdout, b"".join(held))
+            held, hold = [], IDLE_WAIT
         pending = []
-        if pool.wait(stdin):
+        if pool.wait(stdin, hold):
             data = os.read(stdin, READ_SIZE)
             if not data:
                 return
             pending = splitter.feed(data)
+
+
+def answer_hold(held_since: float, now: float, queued: int) -> float:
+    """How much longer answers held since *held_since* may wait for others (<= 0: write
+    them now): up to :data:`ANSWER_HOLD` while *queued* requests keep the connections
+    busy, not at all when none are queued."""
+    return held_since + ANSWER_HOLD - now if queued else 0.0
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 import trio
 
 from actors.finalize_state import FinalizeCounts
@@ -158,6 +159,23 @@ async def test_available_but_unpublished_is_republished_once(
     assert len(outbox_rows(conn, rec.id)) == 1
     assert [r["kind"] for r in realtime_rows(conn, rec.id)] == ["RecordingAvailable"]
     assert attempt(conn, rec.id)["status"] == "Done"
+
+
+async def test_a_claim_holds_two_reconciler_pools_of_rows_when_batch_size_is_smaller(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
+    """batch_size 2 at s3.concurrency 1 (a pool of 2 reconcilers): claims of 4 rows, so
+    5 due rows take two claims, not three — and every row is committed once."""
+    cfg = make_config(db_dsn, s3_server=s3_server, bucket=bucket, s3={"concurrency": 1},
+                      jobs={"recording_finalize": {"batch_size": 2}})
+    sid = insert_call_session(conn)
+    recs = [insert_recording(conn, session_id=sid, status="Available") for _ in range(5)]
+    for rec in recs:
+        upload_recording(s3_server, rec.id, bucket=bucket)
+    with structlog.testing.capture_logs() as logs:
+        counts = await run_cycle(cfg)
+    assert [e["rows"] for e in logs if e["event"] == "batch_claimed"] == [4, 1]
+    assert counts.republished == 5
+    assert {attempt(conn, rec.id)["status"] for rec in recs} == {"Done"}
 
 
 async def test_callback_won_the_race_so_the_transition_is_a_no_op(

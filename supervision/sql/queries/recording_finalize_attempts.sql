@@ -203,7 +203,8 @@ FOR UPDATE;
 -- name: finalize_attempts_publish_available --
 -- The whole outcome of rows whose recording is (or becomes) Available, for one row or a
 -- group, in one statement — one transaction: the group commits or rolls back whole and
--- every row in it is whole either way. Inputs are parallel arrays, one entry per row.
+-- every row in it is whole either way. The input is one JSON array, an object per row
+-- (one parameter: no per-element array dumping in the daemon).
 --   upd: where transition is set, Pending/Recording/Uploading -> Available adopting the
 --        object's metadata (the status guard makes a second transition a no-op);
 --   src: each recording as it now is, if Available (just now, or already);
@@ -216,12 +217,10 @@ FOR UPDATE;
 -- written for it, and its finalize row gets its attempt back, due again from now (back).
 -- Returns, per row, what happened to it.
 WITH input AS (
-    SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
-                         %(transitions)s::boolean[], %(file_ids)s::text[],
-                         %(sizes)s::bigint[], %(durations)s::int[], %(formats)s::text[],
-                         %(headers)s::jsonb[], %(old_attempts)s::int[])
-        AS i(attempt_id, recording_id, transition, file_id, size_bytes, duration_seconds,
-             format, headers, old_attempts)
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+        AS i(attempt_id uuid, recording_id uuid, transition boolean, file_id text,
+             size_bytes bigint, duration_seconds int, format text, headers jsonb,
+             old_attempts int)
 ),
 locked AS (
     SELECT r.id FROM messenger.call_recordings r
