@@ -242,11 +242,13 @@ INSERT INTO messenger.conference_sessions (id, chat_id, deal_id, tenant_id, medi
     active_participant_count, peak_participant_count, updated_at)
 SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Video',
        CASE WHEN g <= %(due)s AND g %% 3 = 1 THEN 'Provisioning' ELSE 'Active' END,
-       gen_random_uuid(), now() - interval '6 hours',
+       gen_random_uuid(), now() - interval '6 hours' - g * interval '1 ms',
        CASE WHEN g <= %(due)s AND g %% 3 = 1 THEN NULL ELSE now() - interval '5 hours' END,
+       -- distinct timestamps (a millisecond apart), as in production: ties would make a
+       -- claim's (last_activity_at, id) order read every tied row
        CASE WHEN g > %(due)s THEN now() - random() * interval '1 hour'  -- live, not due
-            WHEN g %% 3 = 0 THEN now() - interval '10 minutes'          -- empty room
-            ELSE now() - interval '5 hours' END,                         -- stale / unadmitted
+            WHEN g %% 3 = 0 THEN now() - interval '10 minutes' - g * interval '1 ms'  -- empty
+            ELSE now() - interval '5 hours' - g * interval '1 ms' END,  -- stale / unadmitted
        CASE WHEN g <= %(due)s AND g %% 3 = 0 THEN 0 ELSE 2 END, 4, now()
 FROM generate_series(1, %(active)s) AS g
 """
