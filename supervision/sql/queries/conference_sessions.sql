@@ -216,16 +216,24 @@ SELECT count(*)
 FROM (SELECT c.id FROM messenger.conference_sessions c
       WHERE c.status = 'Active' AND c.active_participant_count = 0
         AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second'
+        AND safetynet.conference_phase(
+                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+            IS NOT NULL
       UNION
       SELECT c.id FROM messenger.conference_sessions c
       WHERE c.status = 'Provisioning'
         AND c.created_at <= now() - %(provision_timeout)s * interval '1 second'
+        AND safetynet.conference_phase(
+                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+            IS NOT NULL
       UNION
       SELECT c.id FROM messenger.conference_sessions c
       WHERE c.status = 'Active'
         AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'
-     ) d
-JOIN messenger.conference_sessions c ON c.id = d.id
-WHERE safetynet.conference_phase(
-          c.status, c.active_participant_count, c.last_activity_at, c.created_at, now(),
-          %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s) IS NOT NULL;
+        AND safetynet.conference_phase(
+                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+            IS NOT NULL
+     ) d;
