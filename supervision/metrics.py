@@ -33,7 +33,8 @@ CONFIG_FAULT = Gauge(
 
 # ---- recording-finalize (seed: Observability)
 RF_BACKLOG = Gauge(
-    "messenger_recording_finalize_backlog", "Pending recording finalize rows.")
+    "messenger_recording_finalize_backlog",
+    "Pending recording finalize rows (exact up to 10,000, beyond: the planner's estimate).")
 RF_OLDEST_AGE = Gauge(
     "messenger_recording_finalize_oldest_age_seconds",
     "now - min(created_at) of the Pending finalize rows.")
@@ -57,7 +58,8 @@ RF_TRANSIENT = Counter(
     "Transient object-storage failures during reconcile (row rescheduled).")
 RF_STUCK = Gauge(
     "safetynet_recording_finalize_stuck",
-    "Recordings non-terminal past finalize_sla_timeout + polling_interval (SLO: 0).")
+    "Recordings non-terminal past finalize_sla_timeout + polling_interval (SLO: 0);"
+    " counted up to 1,000.")
 RF_REPUBLISH_OVERDUE = Gauge(
     "safetynet_recording_finalize_republish_overdue",
     "Available recordings still waiting for their event past one interval (SLO: 0).")

@@ -118,6 +118,14 @@ EXPECTED_INDEXES = {
                                  "'Failed'::character varying])::text[]))"),
     "ix_outbox_created": ("integration_outbox", False, ["created_at"], None),
     "ix_realtime_reference": ("realtime_outbox", False, ["reference_id"], None),
+    # a million-row backlog (migration 0009): bounded gauges and reaper claims
+    "ix_rfa_pending_created": ("recording_finalize_attempts", False, ["created_at"],
+                               "((status)::text = 'Pending'::text)"),
+    "ix_conf_empty_room": ("conference_sessions", False, ["last_activity_at", "id"],
+                           "(((status)::text = 'Active'::text) AND "
+                           "(active_participant_count = 0))"),
+    "ix_conf_provisioning": ("conference_sessions", False, ["created_at", "id"],
+                             "((status)::text = 'Provisioning'::text)"),
 }
 
 PRIMARY_KEYS = {

@@ -281,7 +281,8 @@ def test_conference_claims_take_the_rows_conference_phase_puts_in_their_phase(
         db_dsn: str, windows: dict[str, float]) -> None:
     """Rooms on both sides of every window (and on it): run in the reaper's order, each
     claim takes exactly the rows safetynet.conference_phase puts in its phase, so the
-    windows' one definition (used by plan and the backlog gauge) is what the daemon does."""
+    windows' one definition (used by plan and the backlog gauge) is what the daemon does;
+    the backlog gauge counts exactly the rows the function puts in a phase."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         as_of = db_now(conn)
         edges = sorted({w + d for w in windows.values() for d in (-1.0, 0.0, 1.0)} | {5.0})
@@ -299,6 +300,15 @@ def test_conference_claims_take_the_rows_conference_phase_puts_in_their_phase(
             " last_activity_at, created_at, %(as_of)s, %(empty_room_grace)s,"
             " %(provision_timeout)s, %(stale_live_timeout)s)"
             " FROM messenger.conference_sessions", {"as_of": as_of, **windows})}
+        with conn.transaction():  # one now() for the gauge and the function
+            gauge = conn.execute(QUERIES["conference_sessions_active_backlog"], windows
+                                 ).fetchone()
+            in_a_phase = conn.execute(
+                "SELECT count(*) FROM messenger.conference_sessions WHERE"
+                " safetynet.conference_phase(status, active_participant_count,"
+                " last_activity_at, created_at, now(), %(empty_room_grace)s,"
+                " %(provision_timeout)s, %(stale_live_timeout)s) IS NOT NULL", windows
+            ).fetchone()
         claimed: dict[str, str] = {}
         with conn.transaction(force_rollback=True):
             for phase, name in zip(PHASES, windows, strict=True):
@@ -309,12 +319,13 @@ def test_conference_claims_take_the_rows_conference_phase_puts_in_their_phase(
                         claimed.setdefault(str(cid), phase.name)
     assert claimed == {cid: phase for cid, phase in defined.items() if phase is not None}
     assert set(defined.values()) == {None, "empty-room", "provision-timeout", "stale-live"}
+    assert gauge == in_a_phase
 
 
 def test_conference_plan_and_backlog_use_the_shared_phase_definition() -> None:
-    """The reaper's plan and its backlog gauge call safetynet.conference_phase and spell
-    no window themselves."""
+    """The reaper's plan and its backlog gauge call safetynet.conference_phase; the plan
+    spells no window itself (the gauge's ranges are only its access path: the test
+    above checks its count against the function)."""
     for name in ("plan_conference_sessions", "conference_sessions_active_backlog"):
-        sql = QUERIES[name]
-        assert "safetynet.conference_phase(" in sql, name
-        assert "interval '1 second'" not in sql, name
+        assert "safetynet.conference_phase(" in QUERIES[name], name
+    assert "interval '1 second'" not in QUERIES["plan_conference_sessions"]

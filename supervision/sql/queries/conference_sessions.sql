@@ -206,11 +206,34 @@ LEFT JOIN ob ON ob.dedupe_key = j.id::text;
 
 -- name: conference_sessions_active_backlog --
 -- messenger_conf_reaper_active_backlog: active conferences whose window is exceeded now
--- (on the database clock), whatever the phase (safetynet.conference_phase, the windows'
--- one definition); one scan of ix_conf_active.
+-- (on the database clock), whatever the phase. The count is of the rows
+-- safetynet.conference_phase (the windows' one definition) puts in a phase; the three
+-- branches are only the access path, one index range per phase (the claims' own ranges:
+-- ix_conf_empty_room, ix_conf_provisioning, ix_conf_active), so the gauge reads the due
+-- conferences and never the live ones (it runs after every reaper cycle).
+-- tests/integration/test_plan.py checks the count against the function on seeded rows.
 SELECT count(*)
-FROM messenger.conference_sessions c
-WHERE c.status IN ('Provisioning', 'Active')
-  AND safetynet.conference_phase(
-          c.status, c.active_participant_count, c.last_activity_at, c.created_at, now(),
-          %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s) IS NOT NULL;
+FROM (SELECT c.id FROM messenger.conference_sessions c
+      WHERE c.status = 'Active' AND c.active_participant_count = 0
+        AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second'
+        AND safetynet.conference_phase(
+                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+            IS NOT NULL
+      UNION
+      SELECT c.id FROM messenger.conference_sessions c
+      WHERE c.status = 'Provisioning'
+        AND c.created_at <= now() - %(provision_timeout)s * interval '1 second'
+        AND safetynet.conference_phase(
+                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+            IS NOT NULL
+      UNION
+      SELECT c.id FROM messenger.conference_sessions c
+      WHERE c.status = 'Active'
+        AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'
+        AND safetynet.conference_phase(
+                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
+                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+            IS NOT NULL
+     ) d;

@@ -16,27 +16,73 @@ SELECT now();
 -- Returns every claimed row with its phase and the values needed to undo the claim, and
 -- (on every row, or on one all-NULL row when nothing was claimed) how many of the first
 -- batch_size due rows were skipped because another transaction holds them.
-WITH candidates AS (
+--
+-- While object storage is down (s3_down) only rows that need no HEAD are claimed: those
+-- whose recording is Available/Failed already. Which due rows those are cannot be read
+-- from one index (the status is call_recordings', the queue recording_finalize_attempts'),
+-- so a batch looks at two bounded windows, 20 * batch_size rows each, never the backlog:
+--   head:   the first due rows in ix_rfa_due order, each probed by call_recordings' key;
+--   recent: the recordings that became terminal last (ix_recording_terminal_updated read
+--           backwards: the ingest callback's Available recordings whose event is missing),
+--           each probed by ux_rfa_recording.
+-- A terminal recording in neither window (deep in a backlog of rows that need a HEAD,
+-- and terminal before the latest 20 * batch_size) waits until object storage is back,
+-- when the plain claim takes it in queue order. The two branches are gated by s3_down
+-- (one-time filters): the other branch costs nothing.
+WITH terminal AS MATERIALIZED (
+    SELECT h.id
+    FROM (SELECT a.id, a.recording_id
+          FROM messenger.recording_finalize_attempts a
+          WHERE %(s3_down)s AND a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
+          ORDER BY a.next_attempt_at
+          LIMIT 20 * %(batch_size)s) h
+    JOIN messenger.call_recordings r ON r.id = h.recording_id
+    WHERE r.status IN ('Available', 'Failed')
+    UNION
     SELECT a.id
-    FROM messenger.recording_finalize_attempts a
+    FROM (SELECT r.id
+          FROM messenger.call_recordings r
+          WHERE %(s3_down)s AND r.status IN ('Available', 'Failed')
+          ORDER BY r.updated_at DESC
+          LIMIT 20 * %(batch_size)s) t
+    JOIN messenger.recording_finalize_attempts a ON a.recording_id = t.id
     WHERE a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
-      AND (NOT %(s3_down)s OR EXISTS (
-          SELECT 1 FROM messenger.call_recordings r
-          WHERE r.id = a.recording_id AND r.status IN ('Available', 'Failed')))
-    ORDER BY a.next_attempt_at  -- ix_rfa_due order: no sort of the whole backlog
-    LIMIT %(batch_size)s
 ),
-due AS (
+candidates AS (
+    (SELECT a.id
+     FROM messenger.recording_finalize_attempts a
+     WHERE NOT %(s3_down)s AND a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
+     ORDER BY a.next_attempt_at  -- ix_rfa_due order: no sort of the whole backlog
+     LIMIT %(batch_size)s)
+    UNION ALL
+    (SELECT a.id
+     FROM messenger.recording_finalize_attempts a
+     WHERE a.id IN (SELECT id FROM terminal)
+       AND a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
+     ORDER BY a.next_attempt_at
+     LIMIT %(batch_size)s)
+),
+due_all AS (
     SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at
     FROM messenger.recording_finalize_attempts a
-    WHERE a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
-      -- while object storage is down, only rows that need no HEAD are claimed
-      AND (NOT %(s3_down)s OR EXISTS (
-          SELECT 1 FROM messenger.call_recordings r
-          WHERE r.id = a.recording_id AND r.status IN ('Available', 'Failed')))
+    WHERE NOT %(s3_down)s AND a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
     ORDER BY a.next_attempt_at  -- ix_rfa_due order: no sort of the whole backlog
     LIMIT %(batch_size)s
     FOR UPDATE OF a SKIP LOCKED
+),
+due_terminal AS (
+    SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at
+    FROM messenger.recording_finalize_attempts a
+    WHERE a.id IN (SELECT id FROM terminal)
+      AND a.status = 'Pending' AND a.next_attempt_at <= %(as_of)s
+    ORDER BY a.next_attempt_at
+    LIMIT %(batch_size)s
+    FOR UPDATE OF a SKIP LOCKED
+),
+due AS (
+    SELECT * FROM due_all
+    UNION ALL
+    SELECT * FROM due_terminal
 ),
 classified AS (
     -- the phase decision is safetynet.finalize_classify (migration 0004), shared with plan
@@ -66,7 +112,9 @@ claimed AS (
         END,
         updated_at = now()
     FROM classified c
-    WHERE a.id = c.id
+    -- the claimed ids as an array too: an index scan of the batch whatever the planner
+    -- makes of the join (a hash join over the whole table below ~50k rows otherwise)
+    WHERE a.id = c.id AND a.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING a.id, a.recording_id, a.session_kind, a.session_id, a.attempts,
               a.next_attempt_at, c.old_attempts, c.old_next_attempt_at, c.phase,
               c.recording_status, c.tenant_id, c.poison_reason
@@ -173,12 +221,44 @@ WHERE id = ANY(%(ids)s)
 RETURNING id, status;
 
 -- name: finalize_attempts_stats --
-SELECT count(*) FILTER (WHERE status = 'Pending') AS backlog,
-       count(*) FILTER (WHERE status = 'Pending' AND next_attempt_at <= now()) AS due,
-       count(*) FILTER (WHERE status = 'Quarantined') AS quarantined,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'Pending')), 0)
-           AS oldest_age_seconds
-FROM messenger.recording_finalize_attempts;
+-- The backlog gauges, bounded whatever the backlog (a count of a million-row backlog is a
+-- scan of it; docs/benchmarks.md):
+--   backlog:     Pending rows, exact up to 10,000 (index-only on ix_rfa_due); beyond, the
+--                planner statistics' estimate (pg_class.reltuples x the share of
+--                'Pending' in pg_stats, as fresh as the last ANALYZE), at least 10,000;
+--   due:         Pending rows due now, exact up to 10,000, else 10,000 (read: >= 10,000);
+--   quarantined: likewise capped at 10,000;
+--   oldest_age_seconds: exact, from ix_rfa_pending_created (migration 0009).
+WITH pending AS (
+    SELECT count(*) AS n
+    FROM (SELECT 1 FROM messenger.recording_finalize_attempts
+          WHERE status = 'Pending'
+          ORDER BY next_attempt_at  -- ix_rfa_due, index-only
+          LIMIT 10000) p
+),
+estimate AS (
+    SELECT c.reltuples * COALESCE((
+        SELECT m.freq
+        FROM pg_stats s
+        CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
+            AS m(val, freq)
+        WHERE s.schemaname = 'messenger' AND s.tablename = 'recording_finalize_attempts'
+          AND s.attname = 'status' AND m.val = 'Pending'), 0) AS n
+    FROM pg_class c
+    WHERE c.oid = 'messenger.recording_finalize_attempts'::regclass
+)
+SELECT CASE WHEN p.n < 10000 THEN p.n
+            ELSE GREATEST(p.n, (SELECT round(n) FROM estimate))::bigint END AS backlog,
+       (SELECT count(*) FROM (SELECT 1 FROM messenger.recording_finalize_attempts
+                              WHERE status = 'Pending' AND next_attempt_at <= now()
+                              ORDER BY next_attempt_at LIMIT 10000) d) AS due,
+       (SELECT count(*) FROM (SELECT 1 FROM messenger.recording_finalize_attempts
+                              WHERE status = 'Quarantined'
+                              ORDER BY next_attempt_at LIMIT 10000) q) AS quarantined,
+       COALESCE(EXTRACT(EPOCH FROM now() - (
+           SELECT min(created_at) FROM messenger.recording_finalize_attempts
+           WHERE status = 'Pending')), 0) AS oldest_age_seconds
+FROM pending p;
 
 -- name: finalize_attempts_lookup --
 -- Runbook: finalize rows named by their own id or by their recording's id.

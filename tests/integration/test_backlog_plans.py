@@ -1,0 +1,106 @@
+"""The claim and gauge queries at a backlog: no plan reads a messenger table whole.
+
+At a million due rows a sequential scan of call_recordings is seconds per gauge refresh
+and hundreds of milliseconds per claim (docs/benchmarks.md, "A million-row backlog").
+The shape that exposed them, 20,000 due rows, is enough for the planner to price a full
+scan against the index paths; EXPLAIN without ANALYZE keeps the test cheap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+import pytest
+
+from supervision.queries import QUERIES
+
+ROWS = 20_000
+SEED = """
+WITH src AS (
+    SELECT md5('r' || n)::uuid AS rid, md5('s' || n)::uuid AS sid, md5('a' || n)::uuid AS aid,
+           n %% 500 = 9 AS available
+    FROM generate_series(0, %(rows)s - 1) AS n
+),
+sessions AS (
+    INSERT INTO messenger.call_sessions (id, status, started_at, ended_at, created_at,
+        updated_at)
+    SELECT sid, 'Ended', now() - interval '2 hours', now() - interval '1 hour',
+           now() - interval '2 hours', now()
+    FROM src
+),
+recordings AS (
+    INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type,
+        trigger, status, file_id, created_at, updated_at)
+    SELECT rid, 'Direct', sid, 'Audio', 'Manual',
+           CASE WHEN available THEN 'Available' ELSE 'Uploading' END,
+           CASE WHEN available THEN 'f/' || rid END, now() - interval '2 hours', now()
+    FROM src
+)
+INSERT INTO messenger.recording_finalize_attempts (id, recording_id, session_kind,
+    session_id, status, attempts, next_attempt_at, created_at, updated_at)
+SELECT aid, rid, 'Direct', sid, 'Pending', 0, now() - interval '1 second',
+       now() - interval '1 hour', now()
+FROM src
+"""
+# live rooms (not due) and a tenth of due ones in each phase's window
+CONFERENCES = """
+INSERT INTO messenger.conference_sessions (id, chat_id, deal_id, media_type, status,
+    started_by_user_id, created_at, started_at, last_activity_at,
+    active_participant_count, peak_participant_count, updated_at)
+SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Video',
+       CASE WHEN g %% 30 = 1 THEN 'Provisioning' ELSE 'Active' END, gen_random_uuid(),
+       now() - interval '6 hours' - g * interval '1 ms', now() - interval '5 hours',
+       CASE WHEN g %% 10 <> 0 THEN now() - random() * interval '1 hour'
+            ELSE now() - interval '5 hours' - g * interval '1 ms' END,
+       CASE WHEN g %% 20 = 0 THEN 0 ELSE 2 END, 4, now()
+FROM generate_series(1, %(rows)s) AS g
+"""
+TABLES = ("call_recordings", "recording_finalize_attempts", "call_sessions",
+          "conference_sessions")
+
+
+def queries() -> list[tuple[str, str, dict[str, Any]]]:
+    claim = {"as_of": dt.datetime.now(dt.UTC), "batch_size": 100, "sla": 1800.0,
+             "recheck": 1.0, "backoff_base": 0.2, "backoff_factor": 2.0, "backoff_cap": 1.0,
+             "backoff_jitter": 0.1}
+    windows = {"empty_room_grace": 90.0, "provision_timeout": 120.0,
+               "stale_live_timeout": 14400.0}
+    out = [
+        ("claim", "finalize_attempts_claim_due", {**claim, "s3_down": False}),
+        ("claim while S3 is down", "finalize_attempts_claim_due", {**claim, "s3_down": True}),
+        ("finalize stats gauge", "finalize_attempts_stats", {}),
+        ("SLO gauge", "slo_recordings", {"sla": 1800.0, "interval": 1.0}),
+        ("reaper backlog gauge", "conference_sessions_active_backlog", windows),
+    ]
+    for phase, window in (("empty_room", 90.0), ("provision_timeout", 120.0),
+                          ("stale_live", 14400.0)):
+        out.append((f"reaper {phase} claim", f"conference_sessions_claim_{phase}",
+                    {"as_of": claim["as_of"], "window": window, "batch_size": 100}))
+    return out
+
+
+@pytest.fixture
+def backlog(db_dsn: str) -> str:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(SEED, {"rows": ROWS})
+        conn.execute(CONFERENCES, {"rows": ROWS})
+        conn.execute("VACUUM ANALYZE messenger.call_sessions, messenger.call_recordings,"
+                     " messenger.recording_finalize_attempts, messenger.conference_sessions")
+    return db_dsn
+
+
+def test_claims_and_gauges_read_no_messenger_table_whole_at_a_backlog(backlog: str) -> None:
+    """20,000 due finalize rows (every 500th recording Available) and 20,000 active rooms
+    (a tenth due): every claim and gauge plan reaches those tables through indexes only,
+    with the planner free to choose (sequential scans not priced out)."""
+    offenders = []
+    with psycopg.connect(backlog) as conn:
+        for label, name, params in queries():
+            plan = "\n".join(r[0] for r in conn.execute(
+                b"EXPLAIN " + QUERIES[name].encode(), params).fetchall())
+            conn.rollback()
+            offenders += [f"{label}: {line.strip()}" for line in plan.splitlines()
+                          if "Seq Scan" in line and any(f" {t} " in line for t in TABLES)]
+    assert offenders == [], "\n".join(offenders)
