@@ -12,7 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from supervision.runtime import EXIT_OK, SHUTDOWN_SIGNALS, quiet_teardown, serve_root
+from supervision.runtime import (
+    EXIT_OK,
+    SHUTDOWN_SIGNALS,
+    Successor,
+    quiet_teardown,
+    serve_root,
+)
 from supervision.shielding import must_complete
 from supervision.spec import ChildSpec, SupervisorSpec
 
@@ -71,7 +77,8 @@ def sighup_handler_restored() -> Any:
 
 async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> None:
     """SIGHUP: the old tree's must-complete work in flight finishes, its children stop,
-    and only then does the tree reload returned start; SIGTERM then stops it with 0."""
+    then the successor reload returned runs (it may swap resources) and the tree it
+    builds starts; SIGTERM then stops it with 0."""
     order: list[str] = []
     running = {"old": trio.Event(), "new": trio.Event()}
     reloaded, release = trio.Event(), trio.Event()
@@ -91,10 +98,14 @@ async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> 
                 order.append(f"{name} stopped")
         return serve
 
-    async def reload() -> SupervisorSpec | None:
+    async def successor() -> SupervisorSpec:
+        order.append("resources swapped")
+        return SupervisorSpec("root", [ChildSpec("new", child("new"))])
+
+    async def reload() -> Successor | None:
         order.append("reload")
         reloaded.set()
-        return SupervisorSpec("root", [ChildSpec("new", child("new"))])
+        return successor
 
     before = sighup_handler_restored()
     async with trio.open_nursery() as nursery:
@@ -112,7 +123,7 @@ async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> 
                                 60, reload)
     assert code == EXIT_OK
     assert order == ["old started", "reload", "old committed", "old stopped",
-                     "new started", "new committed", "new stopped"]
+                     "resources swapped", "new started", "new committed", "new stopped"]
     assert sighup_handler_restored() == before
 
 
@@ -127,7 +138,7 @@ async def test_a_refused_reload_leaves_the_tree_running() -> None:
         running.set()
         await trio.sleep_forever()
 
-    async def reload() -> SupervisorSpec | None:
+    async def reload() -> Successor | None:
         reloaded.set()
         return None
 
