@@ -18,9 +18,10 @@ checked without connecting was checked when the reload was accepted
 background, the producer and the S3 worker start on first use), so a server that the new
 settings cannot reach shows as it does at start: back-off, ``/readyz`` 503, no exit.
 
-What cancellation does: leaving :func:`open_resource_set` closes every open resource,
-shielded (each closer bounds itself); a cancelled :meth:`ResourceSet.apply` leaves the
-resources it already swapped open in the set, which closes them on exit.
+What cancellation does: leaving :func:`open_resource_set` closes every open resource in
+reverse order, shielded (each closer bounds itself); a cancelled
+:meth:`ResourceSet.apply` leaves what it already opened in the set, which closes it on
+exit.
 """
 
 from __future__ import annotations
@@ -77,12 +78,25 @@ def check_before_reopen(new: Config, resources: tuple[Resource, ...]) -> None:
 
 
 @attrs.define(eq=False)
-class ResourceSet:
-    """The open resources and the settings each was opened with."""
+class _Holding:
+    """One open resource: the settings it was opened with and its holder task's events."""
 
+    cfg: Config
+    release: trio.Event = attrs.field(factory=trio.Event)  # set: close it
+    closed: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.define(eq=False)
+class ResourceSet:
+    """The open resources and the settings each was opened with.
+
+    Each resource is opened and closed by a holder task of its own in the set's nursery
+    (the S3 store owns a nursery, which must be left by the task that entered it, while
+    a reload runs in another task than the start)."""
+
+    _nursery: trio.Nursery
     wakeup: Wakeup = attrs.field(factory=Wakeup)
-    _opened: dict[Resource, Config] = attrs.field(factory=dict)
-    _stacks: dict[Resource, AsyncExitStack] = attrs.field(factory=dict)
+    _held: dict[Resource, _Holding] = attrs.field(factory=dict)
     _db: Database | None = None
     _store: ObjectStore | None = None
     _producer: KafkaProducer | None = None
@@ -98,32 +112,35 @@ class ResourceSet:
         """Close the resources whose settings differ from *cfg*'s and open them with
         *cfg*'s; the others stay open. Returns the reopened ones. Call it only while no
         tree runs."""
-        changed = tuple(r for r in Resource if r not in self._opened
-                        or getattr(self._opened[r], r.value) != getattr(cfg, r.value))
+        changed = tuple(r for r in Resource if r not in self._held
+                        or getattr(self._held[r].cfg, r.value) != getattr(cfg, r.value))
         for resource in reversed(changed):
-            stack = self._stacks.pop(resource, None)
-            if stack is not None:
-                del self._opened[resource]
-                with trio.CancelScope(shield=True):
-                    await stack.aclose()
+            await self._close(resource)
         for resource in changed:
-            stack = AsyncExitStack()
-            try:
-                await self._open(resource, cfg, stack)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await stack.aclose()
-                raise
-            self._stacks[resource], self._opened[resource] = stack, cfg
+            holding = _Holding(cfg)
+            await self._nursery.start(self._hold, resource, holding)
+            self._held[resource] = holding
         return changed
 
     async def aclose(self) -> None:
         for resource in reversed(Resource):
-            stack = self._stacks.pop(resource, None)
-            if stack is not None:
-                with trio.CancelScope(shield=True):
-                    await stack.aclose()
-        self._opened.clear()
+            await self._close(resource)
+
+    async def _close(self, resource: Resource) -> None:
+        holding = self._held.pop(resource, None)
+        if holding is not None:
+            holding.release.set()
+            await holding.closed.wait()
+
+    async def _hold(self, resource: Resource, holding: _Holding,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                await self._open(resource, holding.cfg, stack)
+                task_status.started()
+                await holding.release.wait()
+        finally:
+            holding.closed.set()
 
     async def _open(self, resource: Resource, cfg: Config, stack: AsyncExitStack) -> None:
         if resource is Resource.MEDIA:
@@ -150,10 +167,11 @@ async def _stop_producer(producer: KafkaProducer) -> None:
 @asynccontextmanager
 async def open_resource_set(cfg: Config) -> AsyncIterator[ResourceSet]:
     """Every shared resource opened with *cfg*'s settings, closed on every exit path."""
-    async with open_asyncio_bridge():
-        shared = ResourceSet()
+    async with open_asyncio_bridge(), trio.open_nursery() as nursery:
+        shared = ResourceSet(nursery)
         try:
             await shared.apply(cfg)
             yield shared
         finally:
-            await shared.aclose()
+            with trio.CancelScope(shield=True):  # closers bound themselves
+                await shared.aclose()

@@ -95,9 +95,9 @@ def finalize_runs(port: int) -> float:
                if line.startswith("messenger_recording_finalize_run_total{"))
 
 
-def stop(proc: Any) -> None:
+def stop(proc: Any, log: Path) -> None:
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
 
 
 def test_sighup_applies_log_level_interval_and_batch_size_in_the_same_process(
@@ -130,7 +130,7 @@ def test_sighup_applies_log_level_interval_and_batch_size_in_the_same_process(
                                         "logging.level"}
     batches = [e["rows"] for e in named(after(logged, "config_reloaded"), "batch_claimed")]
     assert batches and max(batches) == 7 and sum(batches) >= 40
-    stop(proc)
+    stop(proc, log)
 
 
 def test_sighup_with_an_invalid_file_is_refused_and_the_running_config_stays(
@@ -153,7 +153,7 @@ def test_sighup_with_an_invalid_file_is_refused_and_the_running_config_stays(
     batches = [e["rows"] for e in named(logged, "batch_claimed")]
     assert max(batches) == 5
     assert proc.poll() is None
-    stop(proc)
+    stop(proc, log)
 
 
 def test_sighup_with_a_job_disabled_stops_its_keeper(
@@ -183,4 +183,4 @@ def test_sighup_with_a_job_disabled_stops_its_keeper(
                    for e in named(after(logged, "tree_restarted"), "cycle_completed"))
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert conference(conn, room.id)["status"] == "Active"
-    stop(proc)
+    stop(proc, log)
