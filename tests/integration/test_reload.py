@@ -33,14 +33,15 @@ def free_port() -> int:
 def daemon_config(db_dsn: str, s3_server: S3Server, bucket: str,
                   tmp_path: Path) -> Callable[..., Path]:
     """Writes c.toml: recording-finalize (and optionally the reaper) against the test
-    servers; *rf*, *cr* and *level* vary what a reload changes."""
+    servers; *rf*, *cr*, *level* and *sections* (keys merged into a section) vary what a
+    reload changes."""
     port = free_port()
     creds = s3_server.credentials
 
     def write(rf: dict[str, Any], cr: dict[str, Any] | None = None,
-              level: str = "info") -> Path:
+              level: str = "info", **sections: dict[str, Any]) -> Path:
         path = tmp_path / "c.toml"
-        path.write_text(tomli_w.dumps({
+        raw: dict[str, Any] = {
             "postgres": {"dsn": db_dsn},
             "s3": {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
                    "region": creds.region, "access_key_id": creds.access_key_id,
@@ -51,7 +52,10 @@ def daemon_config(db_dsn: str, s3_server: S3Server, bucket: str,
             "http": {"listen": f"127.0.0.1:{port}"},
             "supervision": {"shutdown_grace": "5s"},
             "logging": {"format": "json", "level": level},
-        }))
+        }
+        for section, values in sections.items():
+            raw[section] = {**raw.get(section, {}), **values}
+        path.write_text(tomli_w.dumps(raw))
         return path
     write.port = port  # type: ignore[attr-defined]
     return write
