@@ -30,8 +30,9 @@ hard-stopped; then the successor is awaited — between the two trees nothing us
 resources they share, so it may swap some of them — and the tree it returns starts in
 the same process. ``/healthz`` stays up meanwhile (the exporter is a child: it is down
 for the moment between the two trees). A SIGHUP while the old tree is still stopping
-replaces the successor waiting to run; a SIGHUP during shutdown is ignored, and a
-shutdown requested while the successor runs starts no new tree.
+replaces the successor waiting to run (one arriving while a successor runs is run right
+after it, and its tree starts); a SIGHUP during shutdown is ignored, and a shutdown
+requested while a successor runs starts no new tree.
 
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
@@ -123,7 +124,11 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                             current.done.set()
                         if shutting_down.is_set() or current.successor is None:
                             break
-                        spec = await current.successor()
+                        successor = current.successor
+                        spec = await successor()
+                        while current.successor is not successor:  # a SIGHUP meanwhile
+                            successor = current.successor
+                            spec = await successor()
                         if shutting_down.is_set():
                             break
                         current = _Generation(spec, guard.child())

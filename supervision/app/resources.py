@@ -16,7 +16,10 @@ tree that used it has stopped; two pools or two S3 workers never overlap). What 
 checked without connecting was checked when the reload was accepted
 (:func:`check_before_reopen`); opening does not connect (the pool connects in the
 background, the producer and the S3 worker start on first use), so a server that the new
-settings cannot reach shows as it does at start: back-off, ``/readyz`` 503, no exit.
+settings cannot reach shows as it does at start: back-off, ``/readyz`` 503, no exit. (A
+CA bundle replaced by garbage between that check and the opening raises
+:class:`~supervision.errors.ConfigError` here, which ends the daemon with exit 78 as it
+would at start.)
 
 What cancellation does: leaving :func:`open_resource_set` closes every open resource in
 reverse order, shielded (each closer bounds itself); a cancelled

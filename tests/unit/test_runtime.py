@@ -154,3 +154,48 @@ async def test_a_refused_reload_leaves_the_tree_running() -> None:
         code = await serve_root(SupervisorSpec("root", [ChildSpec("only", serve)]), 60,
                                 reload)
     assert code == EXIT_OK and starts == [1]
+
+
+async def test_a_sighup_while_the_successor_runs_is_applied_after_it() -> None:
+    """A second SIGHUP lands while the first reload's successor is swapping resources:
+    its successor runs right after, and the tree it builds is the one that starts."""
+    started: list[str] = []
+    reloads, first_swapping, release = [0], trio.Event(), trio.Event()
+    old_running, new_running = trio.Event(), trio.Event()
+
+    def child(name: str) -> Any:
+        async def serve(task_status: Any) -> None:
+            task_status.started()
+            started.append(name)
+            (old_running if name == "old" else new_running).set()
+            await trio.sleep_forever()
+        return serve
+
+    def successor_of(name: str) -> Successor:
+        async def successor() -> SupervisorSpec:
+            if name == "first":
+                first_swapping.set()
+                await release.wait()
+            return SupervisorSpec("root", [ChildSpec(name, child(name))])
+        return successor
+
+    async def reload() -> Successor | None:
+        reloads[0] += 1
+        return successor_of("first" if reloads[0] == 1 else "second")
+
+    async with trio.open_nursery() as nursery:
+        async def drive() -> None:
+            await old_running.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            await first_swapping.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            while reloads[0] < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            await new_running.wait()  # the first tree after the old one, whichever
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        nursery.start_soon(drive)
+        code = await serve_root(SupervisorSpec("root", [ChildSpec("old", child("old"))]),
+                                60, reload)
+    assert code == EXIT_OK and started == ["old", "second"]
