@@ -328,7 +328,7 @@ class MediaConfig:
     ca_file: str = _setting(
         "", "PEM bundle of the CA(s) that sign the media stack's certificate (a private CA);"
         " empty = the public CAs of certifi. Read when the daemon starts (exit 78 when it"
-        " cannot be loaded).")
+        " cannot be loaded) and when a reload changes [media] (refused when it cannot).")
     timeout: float = _setting(
         2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive],
         maximum=MINUTE,

@@ -22,13 +22,17 @@ return until the block exits, which puts the previous handlers back. Without it,
 leaves the handlers as it found them.
 
 Reload (SIGHUP, when the caller passes *reload*): the caller re-reads its configuration
-and returns the tree to run from now on (or None: refused or unchanged, the tree runs on).
-The running tree is then stopped as on a SIGTERM, but only the tree: in-flight
-``must_complete`` blocks commit, lock keepers release their locks, and ``shutdown_grace``
-later whatever still runs of it is hard-stopped; then the new tree starts in the same
-process. ``/healthz`` stays up meanwhile (the exporter is a child: it is down for the
-moment between the two trees). A SIGHUP while the old tree is still stopping replaces the
-tree waiting to start; a SIGHUP during shutdown is ignored.
+and returns a :data:`Successor` — how to build the tree to run from now on (or None:
+refused or unchanged, the tree runs on). The running tree is then stopped as on a
+SIGTERM, but only the tree: in-flight ``must_complete`` blocks commit, lock keepers
+release their locks, and ``shutdown_grace`` later whatever still runs of it is
+hard-stopped; then the successor is awaited — between the two trees nothing uses the
+resources they share, so it may swap some of them — and the tree it returns starts in
+the same process. ``/healthz`` stays up meanwhile (the exporter is a child: it is down
+for the moment between the two trees). A SIGHUP while the old tree is still stopping
+replaces the successor waiting to run (one arriving while a successor runs is run right
+after it, and its tree starts); a SIGHUP during shutdown is ignored, and a shutdown
+requested while a successor runs starts no new tree.
 
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
@@ -57,7 +61,9 @@ EXIT_FAILED = 1
 SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RELOAD_SIGNAL = signal.SIGHUP
 
-Reload = Callable[[], Awaitable[SupervisorSpec | None]]
+# Called once the old tree has stopped: may swap shared resources, returns the new tree.
+Successor = Callable[[], Awaitable[SupervisorSpec]]
+Reload = Callable[[], Awaitable[Successor | None]]
 
 _QUIET_TEARDOWN = contextvars.ContextVar("quiet_teardown", default=False)
 
@@ -87,7 +93,7 @@ class _Generation:
     guard: StopGuard
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)
-    successor: SupervisorSpec | None = None  # a reload's tree, started once this one ends
+    successor: Successor | None = None  # a reload's tree, built once this one ends
 
 
 async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
@@ -105,7 +111,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
         with guarded_by(guard), trio.open_signal_receiver(*signums) as signals:
             async with trio.open_nursery() as nursery:
                 current = _Generation(tree, guard.child())
-                shutting_down = False
+                shutting_down = trio.Event()  # set by the signal loop, read by run_trees
 
                 async def run_trees() -> None:
                     nonlocal current
@@ -116,9 +122,16 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                         finally:
                             current.guard.detach()
                             current.done.set()
-                        if shutting_down or current.successor is None:
+                        if shutting_down.is_set() or current.successor is None:
                             break
-                        current = _Generation(current.successor, guard.child())
+                        successor = current.successor
+                        spec = await successor()
+                        while current.successor is not successor:  # a SIGHUP meanwhile
+                            successor = current.successor
+                            spec = await successor()
+                        if shutting_down.is_set():
+                            break
+                        current = _Generation(spec, guard.child())
                         log.info("tree_restarted", supervisor=current.spec.name)
                     nursery.cancel_scope.cancel()
 
@@ -141,19 +154,19 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                     name = signal.Signals(signum).name
                     if signum == RELOAD_SIGNAL:
                         assert reload is not None
-                        if shutting_down:
+                        if shutting_down.is_set():
                             log.info("reload_ignored", signal=name, reason="shutting down")
                             continue
                         successor = await reload()
-                        if successor is None or shutting_down:
+                        if successor is None or shutting_down.is_set():
                             continue
                         stopping = current.successor is not None
                         current.successor = successor
                         if not stopping:
                             current.scope.cancel()
                             nursery.start_soon(hard_stop_generation_after_grace, current)
-                    elif not shutting_down:
-                        shutting_down = True
+                    elif not shutting_down.is_set():
+                        shutting_down.set()
                         log.info("shutdown_requested", signal=name,
                                  grace_s=shutdown_grace)
                         HEALTH.set_root(RootState.SHUTTING_DOWN, name)

@@ -12,10 +12,11 @@ children of the cycle span.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any
 
+import trio
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -27,16 +28,21 @@ from opentelemetry.sdk.trace.export import (
 
 from supervision.config import TracingConfig
 
-_tracer = trace.get_tracer("safetynet")
+_tracer: trace.Tracer = trace.get_tracer("safetynet")
+SHUTDOWN_TIMEOUT = 5.0  # bound of the last export when tracing closes
 
 
-def configure_tracing(cfg: TracingConfig, exporter: SpanExporter | None = None) -> None:
-    """Install an SDK tracer provider when an endpoint (or a test exporter) is given.
+def configure_tracing(cfg: TracingConfig, exporter: SpanExporter | None = None
+                      ) -> TracerProvider | None:
+    """Install an SDK tracer provider when an endpoint (or a test exporter) is given and
+    return it (None: nothing installed, spans stay no-ops).
 
-    A test exporter gets every span synchronously; the OTLP exporter gets batches."""
-    global _configured
+    A test exporter gets every span synchronously; the OTLP exporter gets batches. The
+    provider is this module's own, not OpenTelemetry's global one (which can be set only
+    once per process), so a reload can replace it (:func:`open_tracing`)."""
+    global _configured, _tracer
     if exporter is None and not cfg.endpoint:
-        return
+        return None
     provider = TracerProvider(resource=Resource.create({"service.name": "safetynet"}))
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -44,8 +50,24 @@ def configure_tracing(cfg: TracingConfig, exporter: SpanExporter | None = None) 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=cfg.endpoint)))
     else:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    _configured = True
+    _tracer, _configured = provider.get_tracer("safetynet"), True
+    return provider
+
+
+@asynccontextmanager
+async def open_tracing(cfg: TracingConfig) -> AsyncIterator[None]:
+    """Tracing per *cfg* inside the block; on exit the spans still buffered are exported
+    (at most :data:`SHUTDOWN_TIMEOUT`, in a thread) and spans are no-ops again. Without
+    an endpoint it does nothing (and leaves a test's exporter alone)."""
+    global _configured, _tracer
+    provider = configure_tracing(cfg)
+    try:
+        yield
+    finally:
+        if provider is not None:
+            _tracer, _configured = trace.get_tracer("safetynet"), False
+            with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_TIMEOUT):
+                await trio.to_thread.run_sync(provider.shutdown, abandon_on_cancel=True)
 
 
 _NO_SPAN: AbstractContextManager[trace.Span] = nullcontext(trace.INVALID_SPAN)

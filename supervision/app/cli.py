@@ -26,7 +26,6 @@ from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.logs import configure_logging
 from supervision.secrets import Scrubber, secrets_in
 from supervision.terminal import cell, printable
-from supervision.tracing import configure_tracing
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
 EXIT_INFRA = 1
@@ -103,7 +102,6 @@ def run(config_files: tuple[Path, ...]) -> None:
 
     cfg = _load(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
-    configure_tracing(cfg.tracing)
     paths = config_paths(config_files, os.environ)
     problems: list[str] = []
     code = EXIT_CONFIG

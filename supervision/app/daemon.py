@@ -8,62 +8,59 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import attrs
-import trio
+import structlog
 
-from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_locked_cycle
 from actors.outbox_relay import run_relay_until_drained
-from actors.recorder_signal import open_media_client
-from actors.s3.process import open_object_store
 from supervision.app.reload import reloader
+from supervision.app.resources import open_resource_set
 from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
-from supervision.bridge import open_asyncio_bridge
 from supervision.config import Config
-from supervision.database import open_database
 from supervision.errors import InfrastructureError
 from supervision.pgconn import client_deadline, conninfo
-from supervision.runtime import quiet_teardown, serve_root
+from supervision.runtime import Successor, quiet_teardown, serve_root
 from supervision.spec import SupervisorSpec
-from supervision.wakeup import Wakeup
 
-POOL_SIZE = 6  # claimer + 2 committers + relay + gauges + slack
+log = structlog.get_logger("daemon")
 
 
 @asynccontextmanager
 async def open_resources(cfg: Config) -> AsyncIterator[Resources]:
-    """Bridge, PostgreSQL pool, S3 client and Kafka producer, closed on every exit path.
+    """Bridge, media client, PostgreSQL pool, S3 client, Kafka producer and tracer,
+    closed on every exit path (:mod:`supervision.app.resources`).
 
     The media client comes first: a CA bundle it cannot load (``media.ca_file``) is a
     :class:`~supervision.errors.ConfigError` before anything else starts."""
-    async with open_media_client(cfg.media) as media_http, open_asyncio_bridge(), \
-            open_database(conninfo(cfg.postgres, "safetynet"), size=POOL_SIZE,
-                          connect_timeout=cfg.postgres.connect_timeout,
-                          deadline=client_deadline(cfg.postgres)) as db, \
-            open_object_store(cfg.s3) as store:
-        producer = KafkaProducer(cfg.kafka)
-        try:
-            yield Resources(cfg, db, store, producer, media_http, Wakeup())
-        finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await producer.stop()
+    async with open_resource_set(cfg) as shared:
+        yield shared.resources(cfg)
 
 
 async def run_daemon(cfg: Config, load: Callable[[], Config] | None = None) -> int:
     """``safetynet run``: the supervised tree until SIGTERM/SIGINT. Returns the exit code.
 
     With *load* (re-reads the configuration; raises ``ConfigError``), SIGHUP rebuilds the
-    tree from what it returns over the same resources (:mod:`supervision.app.reload`)."""
+    tree from what it returns; between the old tree and the new one, the resources whose
+    settings changed are closed and opened anew, the others stay open
+    (:mod:`supervision.app.reload`)."""
     with quiet_teardown():
-        async with open_resources(cfg) as res:
+        async with open_resource_set(cfg) as shared:
             reload = None
             if load is not None:
                 next_config = reloader(cfg, load)
 
-                async def reload() -> SupervisorSpec | None:
+                async def reload() -> Successor | None:
                     new = await next_config()
-                    return None if new is None else build_tree(attrs.evolve(res, cfg=new))
-            return await serve_root(build_tree(res), cfg.supervision.shutdown_grace, reload)
+                    if new is None:
+                        return None
+
+                    async def successor() -> SupervisorSpec:
+                        reopened = await shared.apply(new)
+                        if reopened:
+                            log.info("resources_reopened", resources=list(reopened))
+                        return build_tree(shared.resources(new))
+                    return successor
+            return await serve_root(build_tree(shared.resources(cfg)),
+                                    cfg.supervision.shutdown_grace, reload)
 
 
 async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:

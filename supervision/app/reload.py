@@ -1,19 +1,32 @@
-"""``SIGHUP``: re-read the TOML files and apply what can change without a restart.
+"""``SIGHUP``: re-read the TOML files and apply what changed without a restart.
 
 >>> reloaded = reconcile(running_cfg, load_config(paths, os.environ))
->>> reloaded.changed, reloaded.needs_restart
-(('jobs.recording_finalize.batch_size', 'logging.level'), ('postgres.dsn',))
+>>> reloaded.changed, reloaded.reopened, reloaded.needs_restart
+(('jobs.recording_finalize.batch_size', 's3.bucket'), (<Resource.S3: 's3'>,), ())
 
 What applies: everything the tree is built from — log level and format, intervals, batch
 sizes, thresholds, ``enabled`` flags, restart intensity, ``http.listen`` — because a
 reload rebuilds the tree (:func:`supervision.runtime.serve_root` stops the old one
-gracefully and starts the new one in the same process). What does not: the settings of
-the resources opened once around the tree (the PostgreSQL pool, the S3 worker, the Kafka
-producer, the media client, the tracer) and the shutdown grace of the running root. A
-change there is logged as ``config_reload_needs_restart`` with the keys (never values) and
-the running values stay; the rest applies. An invalid file is refused:
-``config_reload_refused``, one line per problem (the words of exit 78), and nothing
-changes.
+gracefully and starts the new one in the same process); and the settings of the
+resources shared by the tree (``[postgres]``, ``[s3]``, ``[kafka]``, ``[media]``,
+``[tracing]``): between the two trees, only the resources whose section changed are
+closed and opened anew (:mod:`supervision.app.resources`) — an ``[s3]`` change starts a
+new S3 worker process and leaves the PostgreSQL pool's connections alone. Only
+``supervision.shutdown_grace`` (the running root's own) needs a restart: a change is
+logged as ``config_reload_needs_restart`` with the key and the running value stays.
+``config_reloaded`` names the ``changed`` keys and the ``reopened`` resources, never a
+value.
+
+Refused, with ``config_reload_refused``, one line per problem (the words of exit 78), and
+nothing changes (old settings, old connections): an invalid file, and what opening a
+changed resource would refuse and can be checked without connecting — a ``media.ca_file``
+that does not load (``s3.ca_file`` and Kafka's TLS files are checked with the file). A
+server the new settings cannot reach (a new DSN with a wrong host or password, another
+broker) is not refused: the new settings apply and the daemon behaves as when that
+server is down at start — back-off, ``/readyz`` 503, no exit — until it is reachable or a
+corrected file is reloaded. The settings stay the new ones: rolling back to the old
+would hide the operator's mistake behind a daemon that looks healthy on a configuration
+its file no longer says.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import attrs
 import structlog
 import trio
 
+from supervision.app.resources import Resource, changed_resources, check_before_reopen
 from supervision.config import Config
 from supervision.errors import ConfigError
 from supervision.logs import configure_logging
@@ -32,8 +46,8 @@ from supervision.secrets import secrets_in
 
 log = structlog.get_logger("reload")
 
-# Opened once around the tree: a change needs a restart (key prefixes, dotted).
-RESTART_KEYS = ("postgres", "s3", "kafka", "media", "tracing", "supervision.shutdown_grace")
+# Read once by the running root: a change needs a restart (key prefixes, dotted).
+RESTART_KEYS = ("supervision.shutdown_grace",)
 
 
 @attrs.frozen
@@ -41,6 +55,7 @@ class Reloaded:
     cfg: Config  # the new configuration, the restart-only keys kept at their running values
     changed: tuple[str, ...]  # keys that apply now
     needs_restart: tuple[str, ...]  # keys that changed but keep their running value
+    reopened: tuple[Resource, ...]  # resources closed and opened anew for the change
 
 
 def leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -73,34 +88,43 @@ def reconcile(running: Config, new: Config) -> Reloaded:
         if _needs_restart(key):
             later.append(key)
             applied = _with_value(applied, key.split("."), old_values[key])
-    return Reloaded(applied, tuple(k for k in changed if k not in later), tuple(later))
+    return Reloaded(applied, tuple(k for k in changed if k not in later), tuple(later),
+                    changed_resources(running, applied))
 
 
 def reloader(running: Config,
              load: Callable[[], Config]) -> Callable[[], Awaitable[Config | None]]:
-    """A SIGHUP handler's logic: load (in a worker thread: it reads files), log, and return
-    the configuration to apply now (None when refused or nothing applies)."""
+    """A SIGHUP handler's logic: load and check (in a worker thread: it reads files), log,
+    and return the configuration to apply now (None when refused or nothing applies)."""
     current = running
 
     async def reload() -> Config | None:
         nonlocal current
+        base = current
+
+        def load_and_check() -> Reloaded:
+            outcome = reconcile(base, load())
+            check_before_reopen(outcome.cfg, outcome.reopened)
+            return outcome
+
         try:
-            new = await trio.to_thread.run_sync(load)
+            outcome = await trio.to_thread.run_sync(load_and_check)
         except ConfigError as exc:
             for problem in exc.problems:
                 log.error("config_reload_refused", problem=problem)
             return None
-        outcome = reconcile(current, new)
         if outcome.needs_restart:
             log.warning("config_reload_needs_restart", keys=list(outcome.needs_restart))
         if not outcome.changed:
             log.info("config_reload_unchanged")
             return None
         previous, current = current, outcome.cfg
-        if any(k.startswith("logging.") for k in outcome.changed):
-            configure_logging(current.logging.level, current.logging.format,
-                              secrets=secrets_in(previous) | secrets_in(new))
-        log.info("config_reloaded", changed=list(outcome.changed))
+        secrets = secrets_in(previous) | secrets_in(current)  # a new password is masked too
+        if any(k.startswith("logging.") for k in outcome.changed) or \
+                secrets != secrets_in(previous):
+            configure_logging(current.logging.level, current.logging.format, secrets=secrets)
+        log.info("config_reloaded", changed=list(outcome.changed),
+                 reopened=list(outcome.reopened))
         return current
 
     return reload

@@ -33,14 +33,15 @@ def free_port() -> int:
 def daemon_config(db_dsn: str, s3_server: S3Server, bucket: str,
                   tmp_path: Path) -> Callable[..., Path]:
     """Writes c.toml: recording-finalize (and optionally the reaper) against the test
-    servers; *rf*, *cr* and *level* vary what a reload changes."""
+    servers; *rf*, *cr*, *level* and *sections* (keys merged into a section) vary what a
+    reload changes."""
     port = free_port()
     creds = s3_server.credentials
 
     def write(rf: dict[str, Any], cr: dict[str, Any] | None = None,
-              level: str = "info") -> Path:
+              level: str = "info", **sections: dict[str, Any]) -> Path:
         path = tmp_path / "c.toml"
-        path.write_text(tomli_w.dumps({
+        raw: dict[str, Any] = {
             "postgres": {"dsn": db_dsn},
             "s3": {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
                    "region": creds.region, "access_key_id": creds.access_key_id,
@@ -51,7 +52,10 @@ def daemon_config(db_dsn: str, s3_server: S3Server, bucket: str,
             "http": {"listen": f"127.0.0.1:{port}"},
             "supervision": {"shutdown_grace": "5s"},
             "logging": {"format": "json", "level": level},
-        }))
+        }
+        for section, values in sections.items():
+            raw[section] = {**raw.get(section, {}), **values}
+        path.write_text(tomli_w.dumps(raw))
         return path
     write.port = port  # type: ignore[attr-defined]
     return write
@@ -95,9 +99,9 @@ def finalize_runs(port: int) -> float:
                if line.startswith("messenger_recording_finalize_run_total{"))
 
 
-def stop(proc: Any) -> None:
+def stop(proc: Any, log: Path) -> None:
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
 
 
 def test_sighup_applies_log_level_interval_and_batch_size_in_the_same_process(
@@ -130,7 +134,7 @@ def test_sighup_applies_log_level_interval_and_batch_size_in_the_same_process(
                                         "logging.level"}
     batches = [e["rows"] for e in named(after(logged, "config_reloaded"), "batch_claimed")]
     assert batches and max(batches) == 7 and sum(batches) >= 40
-    stop(proc)
+    stop(proc, log)
 
 
 def test_sighup_with_an_invalid_file_is_refused_and_the_running_config_stays(
@@ -153,7 +157,7 @@ def test_sighup_with_an_invalid_file_is_refused_and_the_running_config_stays(
     batches = [e["rows"] for e in named(logged, "batch_claimed")]
     assert max(batches) == 5
     assert proc.poll() is None
-    stop(proc)
+    stop(proc, log)
 
 
 def test_sighup_with_a_job_disabled_stops_its_keeper(
@@ -183,4 +187,4 @@ def test_sighup_with_a_job_disabled_stops_its_keeper(
                    for e in named(after(logged, "tree_restarted"), "cycle_completed"))
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert conference(conn, room.id)["status"] == "Active"
-    stop(proc)
+    stop(proc, log)

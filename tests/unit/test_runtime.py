@@ -12,7 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from supervision.runtime import EXIT_OK, SHUTDOWN_SIGNALS, quiet_teardown, serve_root
+from supervision.runtime import (
+    EXIT_OK,
+    SHUTDOWN_SIGNALS,
+    Successor,
+    quiet_teardown,
+    serve_root,
+)
 from supervision.shielding import must_complete
 from supervision.spec import ChildSpec, SupervisorSpec
 
@@ -71,7 +77,8 @@ def sighup_handler_restored() -> Any:
 
 async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> None:
     """SIGHUP: the old tree's must-complete work in flight finishes, its children stop,
-    and only then does the tree reload returned start; SIGTERM then stops it with 0."""
+    then the successor reload returned runs (it may swap resources) and the tree it
+    builds starts; SIGTERM then stops it with 0."""
     order: list[str] = []
     running = {"old": trio.Event(), "new": trio.Event()}
     reloaded, release = trio.Event(), trio.Event()
@@ -91,10 +98,14 @@ async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> 
                 order.append(f"{name} stopped")
         return serve
 
-    async def reload() -> SupervisorSpec | None:
+    async def successor() -> SupervisorSpec:
+        order.append("resources swapped")
+        return SupervisorSpec("root", [ChildSpec("new", child("new"))])
+
+    async def reload() -> Successor | None:
         order.append("reload")
         reloaded.set()
-        return SupervisorSpec("root", [ChildSpec("new", child("new"))])
+        return successor
 
     before = sighup_handler_restored()
     async with trio.open_nursery() as nursery:
@@ -112,7 +123,7 @@ async def test_sighup_swaps_the_tree_after_stopping_the_old_one_gracefully() -> 
                                 60, reload)
     assert code == EXIT_OK
     assert order == ["old started", "reload", "old committed", "old stopped",
-                     "new started", "new committed", "new stopped"]
+                     "resources swapped", "new started", "new committed", "new stopped"]
     assert sighup_handler_restored() == before
 
 
@@ -127,7 +138,7 @@ async def test_a_refused_reload_leaves_the_tree_running() -> None:
         running.set()
         await trio.sleep_forever()
 
-    async def reload() -> SupervisorSpec | None:
+    async def reload() -> Successor | None:
         reloaded.set()
         return None
 
@@ -143,3 +154,48 @@ async def test_a_refused_reload_leaves_the_tree_running() -> None:
         code = await serve_root(SupervisorSpec("root", [ChildSpec("only", serve)]), 60,
                                 reload)
     assert code == EXIT_OK and starts == [1]
+
+
+async def test_a_sighup_while_the_successor_runs_is_applied_after_it() -> None:
+    """A second SIGHUP lands while the first reload's successor is swapping resources:
+    its successor runs right after, and the tree it builds is the one that starts."""
+    started: list[str] = []
+    reloads, first_swapping, release = [0], trio.Event(), trio.Event()
+    old_running, new_running = trio.Event(), trio.Event()
+
+    def child(name: str) -> Any:
+        async def serve(task_status: Any) -> None:
+            task_status.started()
+            started.append(name)
+            (old_running if name == "old" else new_running).set()
+            await trio.sleep_forever()
+        return serve
+
+    def successor_of(name: str) -> Successor:
+        async def successor() -> SupervisorSpec:
+            if name == "first":
+                first_swapping.set()
+                await release.wait()
+            return SupervisorSpec("root", [ChildSpec(name, child(name))])
+        return successor
+
+    async def reload() -> Successor | None:
+        reloads[0] += 1
+        return successor_of("first" if reloads[0] == 1 else "second")
+
+    async with trio.open_nursery() as nursery:
+        async def drive() -> None:
+            await old_running.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            await first_swapping.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            while reloads[0] < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            await new_running.wait()  # the first tree after the old one, whichever
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        nursery.start_soon(drive)
+        code = await serve_root(SupervisorSpec("root", [ChildSpec("old", child("old"))]),
+                                60, reload)
+    assert code == EXIT_OK and started == ["old", "second"]
