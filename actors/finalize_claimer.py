@@ -8,12 +8,12 @@ with its cycle (the lock keeper's nested nursery).
 
 Each claim is one short transaction (``finalize_attempts_claim_due``) that pre-increments
 attempts and moves next_attempt_at, so a row in flight is never claimed twice. A claim
-takes :func:`claim_size` rows: ``batch_size``, or more when the reconciler pool is larger
-— at ``s3.concurrency`` 64 and 20 ms per HEAD a claim of 100 rows is worked in ~30 ms,
-less than one claim transaction lasts on a loaded machine, and the pool went short of work
-while the claimer was inside it (bench/latency_drain.py). The rows of one claim fit in
-the pool's queue (the cycle sizes it so), so the next claim starts as soon as the previous
-one is queued: claimed ahead, while the pool works the queued rows. It claims
+takes ``batch_size`` rows, exactly what the operator set (a smaller batch is how they
+shorten transactions). The rows of one claim fit in the pool's queue (the cycle sizes it
+so), so the next claim starts as soon as the previous one is queued: claimed ahead, while
+the pool works the queued rows. At high ``s3.concurrency`` a claim must hold more than the
+pool works during one claim transaction: ``batch_size`` >= 2 x the reconciler pool
+(4 x ``s3.concurrency``) keeps every connection busy (bench/latency_drain.py). It claims
 until nothing is due, the cycle's ``max_run_duration`` is reached, the breaker opens, or
 the cycle's ``max_failed_per_cycle`` Missing verdicts are spent.
 
@@ -36,22 +36,6 @@ from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 
 log = structlog.get_logger("finalize_claimer")
-
-# a claim holds up to this many reconciler pools' worth of rows
-CLAIM_AHEAD_POOLS = 2
-
-
-def claim_size(cfg: RecordingFinalizeConfig, pool: int, concurrency: int,
-               s3_timeout: float) -> int:
-    """Rows per claim: ``batch_size``, raised to ``CLAIM_AHEAD_POOLS`` x *pool* (the
-    reconciler pool's size) — but never past what ``concurrency`` connections can work,
-    at the worst HEAD (``s3_timeout``) each, before the earliest back-off a claim sets
-    (``backoff_base`` less its jitter) expires: a claimed row is not due again until then,
-    and the rows of a claim and of the one queued before it wait at most that long."""
-    expiry = cfg.backoff_base * (1 - cfg.backoff_jitter)
-    workable = int(concurrency * expiry / s3_timeout) // 2  # two claims in hand at once
-    return max(cfg.batch_size, min(CLAIM_AHEAD_POOLS * pool, workable))
-
 
 async def run_finalize_claimer(
     db: Database, cfg: RecordingFinalizeConfig, as_of: dt.datetime, deadline: float,

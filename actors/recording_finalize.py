@@ -8,7 +8,7 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
          │ transient ─▶ breaker open: claim only rows that need no HEAD      claim nothing
          ▼
     claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
-      (claims of max(batch_size, 2 x pool) rows, bounded by the back-off: claim_size)
+      (claims of batch_size rows, the next one while the pool works the last)
         └──────────────RowOutcome (terminal, poison)───────────────────────────▶
 
 After a green probe, rows quarantined for an object-storage failure are requeued once S3
@@ -33,7 +33,7 @@ import trio
 
 from actors.cycle_frame import RunStatus, cycle_frame
 from actors.finalize_canary import check_known_present
-from actors.finalize_claimer import claim_size, run_finalize_claimer
+from actors.finalize_claimer import run_finalize_claimer
 from actors.finalize_committer import run_finalize_committer
 from actors.finalize_messages import ClaimedRow, RowOutcome
 from actors.finalize_redrive import observe_s3, redrive_quarantined
@@ -66,7 +66,6 @@ class FinalizeJob:
     wake_relay: Callable[[], None] = no_wakeup
     breaker_threshold: int = 5
     committers: int = 2
-    s3_timeout: float = 5.0  # s3.timeout: bounds how many rows a claim may hold
 
 
 async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
@@ -98,8 +97,7 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
         if await observe_s3(job.db, job.cfg, healthy=not s3_down):
             await redrive_quarantined(job.db, job.cfg, as_of, counts)
 
-        pool = pool_size(job.concurrency)
-        size = claim_size(job.cfg, pool, job.concurrency, job.s3_timeout)
+        pool, size = pool_size(job.concurrency), job.cfg.batch_size
         # a whole claim fits in the pool's queue: the next claim runs while it is worked
         rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](size)
         outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](

@@ -20,9 +20,9 @@ by the connections, not the CPU: its limit is ``s3.concurrency / latency`` HEAD/
                 default 50 ends a cycle after ~250 mixed rows, which measures cycle
                 starts, not S3).
 
-The drain claims ``claim_size`` rows at a time (max(batch_size, 2 x pool_size(c)),
-bounded by the back-off: 256 at c=64), so the printed "claims" column counts claims of
-that size.
+The drain sets ``batch_size`` to max(100, 2 x pool_size(c)) (256 at c=64), as
+docs/configuration.md advises for high concurrency, so the printed "claims" column counts
+claims of that size.
 
 Ratios: drain HEAD/s over the limit (target >= 0.9), over raw pycurl, over the S3 worker.
 And where the drain's time went: before its first HEAD (cycle start: clock, probe,
@@ -281,8 +281,11 @@ def run_setting(base: Config, s3: S3Server, servers: dict[str, int | None], conc
     heads = [rid("m", n) for n in range(rows) if kind(n) != "available"]
     proxy = ProxyProcess(urlsplit(s3.endpoint_url).port or 0, latency, jitter)
     try:
+        rf = base.jobs.recording_finalize
+        rf = attrs.evolve(rf, batch_size=max(rf.batch_size, 2 * pool_size(concurrency)))
         cfg = attrs.evolve(base, s3=attrs.evolve(
-            base.s3, endpoint_url=f"http://127.0.0.1:{proxy.port}", concurrency=concurrency))
+            base.s3, endpoint_url=f"http://127.0.0.1:{proxy.port}", concurrency=concurrency),
+            jobs=attrs.evolve(base.jobs, recording_finalize=rf))
         meters = {**servers, "proxy": proxy.proc.pid}
         results = []
         for _ in range(rounds):
@@ -363,7 +366,8 @@ def main() -> None:
         present = [f"{PREFIX}{rid('m', n)}" for n in range(most) if kind(n) == "present"]
         upload_s = trio.run(upload, s3, present, 64)
         print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} | rounds={args.rounds}"
-              f" | batch_size {base.jobs.recording_finalize.batch_size}, 2 committers,"
+              f" | batch_size max({base.jobs.recording_finalize.batch_size}, 2 x pool_size(c)),"
+              " 2 committers,"
               f" max_failed_per_cycle {args.budget}, pool_size(c) = {pool_size(1)} x c |"
               f" {len(present)} objects uploaded ({len(present) / upload_s:.0f} PUT/s)")
         print("columns: raw curl / worker / drain = HEAD/s; before = s until the drain's"

@@ -308,8 +308,7 @@ async def drain(cfg: Config, wrap_db: Any = None, wrap_store: Any = TimedStore
         db = wrap_db(res.db) if wrap_db else res.db
         store = wrap_store(res.store)
         job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db,
-                          store, res.wakeup.wake,  # type: ignore[arg-type]
-                          s3_timeout=cfg.s3.timeout)
+                          store, res.wakeup.wake)  # type: ignore[arg-type]
         started = time.perf_counter()
         while True:
             counts = await run_finalize_cycle(job, CycleContext(JOB, str(uuid.uuid4())))

@@ -341,7 +341,10 @@ class RecordingFinalizeConfig:
     polling_interval: float = _setting(
         60.0, "Time between cycle starts.", duration=True, checks=[_positive], maximum=HOUR
     )
-    batch_size: int = _setting(100, "Rows claimed per batch.", checks=[_positive],
+    batch_size: int = _setting(100, "Rows claimed per batch (exactly). At high `s3.concurrency` "
+                               "keep it >= 4 x `s3.concurrency` (two reconciler pools), or "
+                               "the claims cannot keep every connection busy.",
+                               checks=[_positive],
                                maximum=MAX_BATCH)
     max_attempts: int = _setting(8, "Attempts before a row is quarantined.", checks=[_positive],
                                  maximum=100)

@@ -63,8 +63,7 @@ class Resources:
 
 def finalize_job(res: Resources) -> FinalizeJob:
     rf = res.cfg.jobs.recording_finalize
-    return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wakeup.wake,
-                       s3_timeout=res.cfg.s3.timeout)
+    return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wakeup.wake)
 
 
 def reaper_job(res: Resources) -> ReaperJob:

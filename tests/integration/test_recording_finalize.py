@@ -161,11 +161,11 @@ async def test_available_but_unpublished_is_republished_once(
     assert attempt(conn, rec.id)["status"] == "Done"
 
 
-async def test_a_claim_holds_two_reconciler_pools_of_rows_when_batch_size_is_smaller(
+async def test_a_claim_takes_batch_size_rows_however_large_the_reconciler_pool(
         db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
-    """batch_size 2 at s3.concurrency 1 (a pool of 2 reconcilers): claims of 4 rows, so
-    5 due rows take two claims, not three — and every row is committed once."""
-    cfg = make_config(db_dsn, s3_server=s3_server, bucket=bucket, s3={"concurrency": 1},
+    """batch_size 2 at s3.concurrency 8 (a pool of 16 reconcilers): the operator's batch
+    size stands — 5 due rows take claims of 2, 2 and 1 — and every row is committed once."""
+    cfg = make_config(db_dsn, s3_server=s3_server, bucket=bucket, s3={"concurrency": 8},
                       jobs={"recording_finalize": {"batch_size": 2}})
     sid = insert_call_session(conn)
     recs = [insert_recording(conn, session_id=sid, status="Available") for _ in range(5)]
@@ -173,7 +173,7 @@ async def test_a_claim_holds_two_reconciler_pools_of_rows_when_batch_size_is_sma
         upload_recording(s3_server, rec.id, bucket=bucket)
     with structlog.testing.capture_logs() as logs:
         counts = await run_cycle(cfg)
-    assert [e["rows"] for e in logs if e["event"] == "batch_claimed"] == [4, 1]
+    assert [e["rows"] for e in logs if e["event"] == "batch_claimed"] == [2, 2, 1]
     assert counts.republished == 5
     assert {attempt(conn, rec.id)["status"] for rec in recs} == {"Done"}
 

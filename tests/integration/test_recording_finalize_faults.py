@@ -247,7 +247,7 @@ async def test_breaker_stops_claiming_after_k_consecutive_transient_heads(
         after[rid][c] == before[rid][c] for c in ("status", "attempts", "next_attempt_at"))]
     assert len(consumed) + len(untouched) == 50
     # HEADs already handed to the S3 worker when the 5th failed: the reconciler pool
-    # (2 x s3.concurrency) — a claim now fills it at once (claim_size), and the worker
+    # (2 x s3.concurrency) — a claim of batch_size rows fills it at once, and the worker
     # starts its queued requests by itself
     pool = pool_size(cfg.s3.concurrency)
     assert 5 <= failing.hits <= 5 + pool, failing.hits
