@@ -1,7 +1,7 @@
 """Outbox rows as the relay sees them: parsing a claimed row, and the per-key waves.
 
 >>> parsed = parse_row(record)      # a Row ready to send, or a Malformed row
->>> plan = waves(rows, now, due_at)  # lists of rows, at most one per key each
+>>> wave, window = next_wave(window, held, now, due_at)  # at most one row per key
 
 ``messenger.integration_outbox`` is written by other services too, so a row is checked
 before it becomes a Kafka message: ``payload`` must be a JSON object (it is sent as it is
@@ -84,23 +84,29 @@ def parse_row(rec: dict[str, Any]) -> Row | Malformed:
     return Row(rec["id"], rec["topic"], rec["message_key"], message)
 
 
-def waves(rows: Sequence[Row], now: float,
-          due_at: Callable[[int], float]) -> list[list[Row]]:
-    """Split *rows* (id order) into waves of at most one row per key, in id order.
+Key = tuple[str, str]  # (topic, message_key)
 
-    A row still in its back-off (``due_at(id) > now``) holds back itself and every later
-    row of its key."""
-    held: set[tuple[str, str]] = set()
-    depth: dict[tuple[str, str], int] = {}
-    out: list[list[Row]] = []
-    for row in rows:
+
+def next_wave(window: Sequence[Row], held: set[Key], now: float,
+              due_at: Callable[[int], float]) -> tuple[list[Row], list[Row]]:
+    """The next wave out of *window* (claimed rows in id order, not yet sent): the first
+    row of every key that is not held, in id order, and the rows left for later waves.
+
+    A row still in its back-off (``due_at(id) > now``) holds its key: the key is added to
+    *held*, and the rows of a held key are dropped from the window (they and every later
+    row of the key wait for a later cycle)."""
+    wave: list[Row] = []
+    rest: list[Row] = []
+    seen: set[Key] = set()
+    for row in window:
         key = (row.topic, row.message_key)
-        if key in held or due_at(row.id) > now:
-            held.add(key)
+        if key in held:
             continue
-        level = depth.get(key, 0)
-        depth[key] = level + 1
-        while len(out) <= level:
-            out.append([])
-        out[level].append(row)
-    return out
+        if key in seen:
+            rest.append(row)
+        elif due_at(row.id) > now:
+            held.add(key)
+        else:
+            seen.add(key)
+            wave.append(row)
+    return wave, rest

@@ -5,10 +5,13 @@
 -- a configuration fault (so they never fill the batch and starve the other topics).
 -- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
 -- no parse/serialise round trip in Python; its JSON type says whether it is an object.
+-- Only rows after the cycle's last claimed id: within a cycle the next claim runs while
+-- the rows of the previous one are still being sent (0 at the start of a cycle).
 SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload::text AS payload,
        jsonb_typeof(o.payload) AS payload_type, o.headers, o.publish_attempts
 FROM messenger.integration_outbox o
 WHERE o.published_at IS NULL
+  AND o.id > %(after_id)s
   AND o.topic <> ALL(%(held_topics)s::text[])
   AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
                   WHERE d.topic = o.topic AND d.message_key = o.message_key
