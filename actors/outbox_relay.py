@@ -41,7 +41,6 @@ import attrs
 import psycopg
 import structlog
 import trio
-from psycopg.rows import dict_row
 
 from actors.cycle_frame import cycle_frame
 from actors.kafka_producer import Delivery, KafkaProducer, SendResult
@@ -53,7 +52,7 @@ from actors.lock_keeper import (
     LockedJob,
     run_locked_cycle,
 )
-from actors.outbox_rows import Key, Malformed, Row, next_wave, parse_row
+from actors.outbox_rows import Key, Malformed, Row, next_wave, parse_claimed
 from actors.outbox_state import RelayState, backoff
 from supervision.config import OutboxRelayConfig
 from supervision.database import Database
@@ -98,11 +97,10 @@ class RelayJob:
 
 def claim_batch(conn: psycopg.Connection, batch_size: int,
                 held_topics: Sequence[str] = (), after_id: int = 0) -> list[Row | Malformed]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        records = cur.execute(QUERIES["outbox_claim_batch"],
-                              {"batch_size": batch_size, "held_topics": list(held_topics),
-                               "after_id": after_id}).fetchall()
-    return [parse_row(rec) for rec in records]
+    records = conn.execute(QUERIES["outbox_claim_batch"],
+                           {"batch_size": batch_size, "held_topics": list(held_topics),
+                            "after_id": after_id}).fetchall()
+    return [parse_claimed(rec) for rec in records]
 
 
 def mark_published(conn: psycopg.Connection, ids: list[int]) -> None:

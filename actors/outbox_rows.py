@@ -1,13 +1,15 @@
 """Outbox rows as the relay sees them: parsing a claimed row, and the per-key waves.
 
->>> parsed = parse_row(record)      # a Row ready to send, or a Malformed row
+>>> parsed = parse_claimed(record)  # a claimed row: a Row ready to send, or Malformed
 >>> wave, window = next_wave(window, held, now, due_at)  # at most one row per key
 
 ``messenger.integration_outbox`` is written by other services too, so a row is checked
 before it becomes a Kafka message: ``payload`` must be a JSON object (it is sent as it is
 stored) and ``headers`` a JSON object whose values are strings (JSON ``null`` means no
 headers). Anything else is :class:`Malformed`, with a one-line reason, and the relay
-dead-letters it like a message the broker rejects.
+dead-letters it like a message the broker rejects. The claim does the checking and the
+header defaults set-based (``outbox_claim_batch``); :func:`parse_row` is the same rule in
+Python, which words the reason of a malformed row (and which a test holds the SQL to).
 """
 
 from __future__ import annotations
@@ -82,6 +84,27 @@ def parse_row(rec: dict[str, Any]) -> Row | Malformed:
         headers=tuple((k, v.encode()) for k, v in headers.items()),
     )
     return Row(rec["id"], rec["topic"], rec["message_key"], message)
+
+
+CLAIMED = ("id", "topic", "message_key", "dedupe_key", "event_type", "payload",
+           "payload_type", "header_names", "header_values", "has_event_id",
+           "malformed_headers")  # the columns of outbox_claim_batch, in order
+
+
+def parse_claimed(rec: tuple[Any, ...]) -> Row | Malformed:
+    """A row as ``outbox_claim_batch`` returns it (a tuple of :data:`CLAIMED`)."""
+    (outbox_id, topic, message_key, dedupe_key, event_type, payload, payload_type,
+     names, values, has_event_id, malformed_headers) = rec
+    if names is None:  # not sendable: say why
+        return parse_row({"id": outbox_id, "topic": topic, "message_key": message_key,
+                          "dedupe_key": dedupe_key, "event_type": event_type,
+                          "payload": payload, "payload_type": payload_type,
+                          "headers": malformed_headers})
+    headers = tuple(zip(names, map(str.encode, values), strict=True))
+    if not has_event_id:
+        headers += (("event-id", event_id(topic, dedupe_key).encode()),)
+    return Row(outbox_id, topic, message_key,
+               OutMessage(outbox_id, topic, message_key.encode(), payload.encode(), headers))
 
 
 Key = tuple[str, str]  # (topic, message_key)

@@ -26,7 +26,8 @@ from actors.lock_keeper import (
     serve_lock_keeper,
 )
 from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayCounts, apply_retention, run_relay_cycle
+from actors.outbox_relay import RelayCounts, apply_retention, claim_batch, run_relay_cycle
+from actors.outbox_rows import Row, parse_row
 from supervision.app import daemon
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job, relay_locked_job
@@ -306,6 +307,45 @@ MALFORMED = [  # (payload, headers, reason)
     ('"just text"', "{}", "malformed_row: payload is a JSON string, not an object"),
     ("42", "{}", "malformed_row: payload is a JSON number, not an object"),
 ]
+
+
+CLAIM_CASES = [*((p, h) for p, h, _ in MALFORMED), ('{"N": 1}', "null"),
+               ('{"N": 1}', "{}"), ('{"N": 1}', '{"a": null}'), ('{"N": 1}', '{"a": {"b": 1}}'),
+               ('{"N": 1}', '{"event-type": "Own", "content-type": "text/plain", "x": "y"}'),
+               ('{"N": 1, "T": "ü"}', '{"event-id": "e1", "ß": "ä"}'), ("null", "{}"),
+               ('[1]', '{"a": "b"}')]
+
+
+async def test_the_claim_builds_each_message_as_the_python_rule_does(
+        db_dsn: str, topic: str) -> None:
+    """The claim checks rows and merges the default headers in SQL: for rows of every
+    shape (good, malformed, JSON null headers, own defaults, non-ASCII) it yields what
+    ``parse_row`` makes of the stored row."""
+    ids = [await trio.to_thread.run_sync(insert_raw, db_dsn, topic, f"k{n}", payload,
+                                         headers)
+           for n, (payload, headers) in enumerate(CLAIM_CASES)]
+
+    def both() -> tuple[list[Any], list[Any]]:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            with conn.transaction():
+                claimed = claim_batch(conn, 100, (), ids[0] - 1)
+            stored = fetch(conn, "SELECT id, topic, message_key, dedupe_key, event_type,"
+                                 " payload::text AS payload, jsonb_typeof(payload) AS"
+                                 " payload_type, headers FROM messenger.integration_outbox"
+                                 " WHERE id = ANY(%s) ORDER BY id", ids)
+        return claimed, [parse_row(rec) for rec in stored]
+
+    claimed, expected = await trio.to_thread.run_sync(both)
+    assert [type(c) for c in claimed] == [type(e) for e in expected]
+    for got, want in zip(claimed, expected, strict=True):
+        if isinstance(got, Row):
+            assert isinstance(want, Row)
+            assert dict(got.message.headers) == dict(want.message.headers)
+            assert attrs.evolve(got.message, headers=()) == attrs.evolve(want.message,
+                                                                          headers=())
+        else:
+            assert got == want
+    assert sum(isinstance(c, Row) for c in claimed) == 4
 
 
 async def test_malformed_rows_are_dead_lettered_while_the_relay_keeps_publishing(
