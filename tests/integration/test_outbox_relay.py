@@ -316,11 +316,11 @@ CLAIM_CASES = [*((p, h) for p, h, _ in MALFORMED), ('{"N": 1}', "null"),
                ('[1]', '{"a": "b"}')]
 
 
-async def test_the_claim_builds_each_message_as_the_python_rule_does(
+async def test_the_claim_builds_each_message_as_parse_row_does(
         db_dsn: str, topic: str) -> None:
-    """The claim checks rows and merges the default headers in SQL: for rows of every
-    shape (good, malformed, JSON null headers, own defaults, non-ASCII) it yields what
-    ``parse_row`` makes of the stored row."""
+    """The claim's fast path (tuple rows, no record dict) builds each message as
+    ``parse_row`` does: for rows of every shape (good, malformed, JSON null headers, own
+    defaults, non-ASCII) it yields what ``parse_row`` makes of the stored row."""
     ids = [await trio.to_thread.run_sync(insert_raw, db_dsn, topic, f"k{n}", payload,
                                          headers)
            for n, (payload, headers) in enumerate(CLAIM_CASES)]

@@ -4,30 +4,12 @@
 -- never broken; a blocked key raises an alert instead), and the rows of topics held by
 -- a configuration fault (so they never fill the batch and starve the other topics).
 -- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
--- no parse/serialise round trip in Python. A sendable row (payload a JSON object, headers
--- a JSON object of strings or JSON null) comes with its Kafka headers as two arrays, the
--- SPEC §4 defaults merged in (the row's own values win; event-id, when missing, is added
--- by the relay); any other row comes with header_names NULL and its raw headers, for the
--- relay to say why it is malformed (actors.outbox_rows.parse_row).
+-- no parse/serialise round trip in Python; its JSON type says whether it is an object.
 -- Only rows after the cycle's last claimed id: within a cycle the next claim runs while
 -- the rows of the previous one are still being sent (0 at the start of a cycle).
 SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload::text AS payload,
-       jsonb_typeof(o.payload) AS payload_type, h.names AS header_names,
-       h.vals AS header_values, o.headers ? 'event-id' AS has_event_id,
-       CASE WHEN h.names IS NULL THEN o.headers END AS malformed_headers
+       jsonb_typeof(o.payload) AS payload_type, o.headers
 FROM messenger.integration_outbox o
-CROSS JOIN LATERAL (
-    SELECT array_agg(e.key) AS names, array_agg(e.value) AS vals
-    FROM jsonb_each_text(jsonb_build_object('event-type', o.event_type,
-                                            'content-type', 'application/json')
-                         || CASE jsonb_typeof(o.headers) WHEN 'object' THEN o.headers
-                                                        ELSE '{}' END) e
-    WHERE jsonb_typeof(o.payload) = 'object'
-      AND (jsonb_typeof(o.headers) = 'null'
-           OR (jsonb_typeof(o.headers) = 'object'
-               AND NOT EXISTS (SELECT 1 FROM jsonb_each(o.headers) v
-                               WHERE jsonb_typeof(v.value) <> 'string')))
-) h
 WHERE o.published_at IS NULL
   AND o.id > %(after_id)s
   AND o.topic <> ALL(%(held_topics)s::text[])
