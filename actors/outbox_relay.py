@@ -143,7 +143,7 @@ async def run_relay_until_drained(
     a cycle publishes nothing; the summed counts. Kafka unreachable is an
     :class:`InfrastructureError` and a topic held by a configuration fault a
     :class:`ConfigurationFault` (rows stay unpublished), never an empty success."""
-    locked = attrs.evolve(locked, cycle=partial(run_relay_cycle, job))
+    locked = attrs.evolve(locked, cycle=partial(run_relay_cycle, job), idle=None)
     total = RelayCounts()
     while True:
         outcome = await run_locked_cycle(locked, lock)
@@ -160,6 +160,20 @@ async def run_relay_until_drained(
             if fault is not None:
                 raise ConfigurationFault(f"kafka: {fault}; their rows stay unpublished")
             return CycleOutcome(CycleStatus.RAN, outcome.job_run_id, total)
+
+
+def has_publishable(conn: psycopg.Connection) -> bool:
+    row = conn.execute(QUERIES["outbox_has_publishable"]).fetchone()
+    return bool(row and row[0])
+
+
+async def relay_idle(job: RelayJob) -> bool:
+    """The relay's idle probe (:attr:`LockedJob.idle`): True when a cycle would have
+    nothing to do — the producer is started, retention is not due, and no row waits to
+    be published (one unlocked read on the pool, no lease)."""
+    if not job.producer.started or trio.current_time() >= job.state.retention_due_at:
+        return False
+    return not await job.db.run(has_publishable)
 
 
 def delete_published(conn: psycopg.Connection, retention: float, limit: int) -> int:

@@ -21,6 +21,7 @@ from actors.finalize_store import event_id
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import (
     CycleContext,
+    CycleStatus,
     LockConnection,
     run_locked_cycle,
     serve_lock_keeper,
@@ -263,6 +264,38 @@ async def test_unreachable_kafka_leaves_rows_unpublished_and_fails_run_once(
                             flatten_subgroups=True):
         await run_once(cfg, "outbox-relay")
     assert len(await trio.to_thread.run_sync(unpublished, db_dsn)) == 1
+
+
+def lease_term(dsn: str, job: str) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT term FROM safetynet.leases WHERE job = %s",
+                           (job,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+async def test_an_idle_relay_skips_its_ticks_without_taking_the_lease(
+        cfg: Config, db_dsn: str, topic: str) -> None:
+    """With nothing to publish, a tick of the relay's keeper that was not woken reads the
+    outbox once and skips (no new lease term, no cycle); a wake-up, or a row waiting,
+    makes the next tick run as before."""
+    async with open_resources(cfg) as res:
+        locked = relay_locked_job(res)
+        lock = LockConnection(db_dsn)
+        try:
+            first = await run_locked_cycle(locked, lock)  # starts the producer
+            assert first.status is CycleStatus.RAN
+            term = await trio.to_thread.run_sync(lease_term, db_dsn, "outbox-relay")
+            idle = await run_locked_cycle(locked, lock)
+            assert idle.status is CycleStatus.SKIPPED_IDLE
+            assert await trio.to_thread.run_sync(lease_term, db_dsn, "outbox-relay") == term
+            woken = await run_locked_cycle(locked, lock, probe=False)
+            assert woken.status is CycleStatus.RAN
+            await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])
+            ran = await run_locked_cycle(locked, lock)
+            assert ran.status is CycleStatus.RAN and ran.result is not None
+            assert ran.result.published == 1
+        finally:
+            lock.discard()
 
 
 async def test_lock_keeper_serialises_relays(cfg: Config, db_dsn: str) -> None:

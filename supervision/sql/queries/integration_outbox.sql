@@ -20,6 +20,16 @@ ORDER BY o.id
 LIMIT %(batch_size)s
 FOR UPDATE OF o SKIP LOCKED;
 
+-- name: outbox_has_publishable --
+-- The relay's idle probe, before it takes its lease: is any row waiting that a claim
+-- would take (the claim's filter, without the topics held in memory and without locks)?
+SELECT EXISTS (
+    SELECT 1 FROM messenger.integration_outbox o
+    WHERE o.published_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
+                      WHERE d.topic = o.topic AND d.message_key = o.message_key
+                        AND (d.outbox_id = o.id OR (d.blocks_key AND d.outbox_id < o.id))));
+
 -- name: outbox_mark_published --
 -- Only after the broker acknowledged each of these rows.
 UPDATE messenger.integration_outbox
