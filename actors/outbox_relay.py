@@ -55,7 +55,7 @@ from actors.lock_keeper import (
 from actors.outbox_rows import Key, Malformed, Row, next_wave, parse_claimed
 from actors.outbox_state import RelayState, backoff
 from supervision.config import OutboxRelayConfig
-from supervision.database import Database
+from supervision.database import Database, pipelined
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.health import HEALTH
 from supervision.metrics import (
@@ -95,6 +95,7 @@ class RelayJob:
     retention_batch: int = 1000
 
 
+@pipelined
 def claim_batch(conn: psycopg.Connection, batch_size: int,
                 held_topics: Sequence[str] = (), after_id: int = 0) -> list[Row | Malformed]:
     records = conn.execute(QUERIES["outbox_claim_batch"],
@@ -103,6 +104,7 @@ def claim_batch(conn: psycopg.Connection, batch_size: int,
     return [parse_claimed(rec) for rec in records]
 
 
+@pipelined
 def mark_published(conn: psycopg.Connection, ids: list[int]) -> None:
     conn.execute(QUERIES["outbox_mark_published"], {"ids": ids})
 
@@ -162,6 +164,7 @@ async def run_relay_until_drained(
             return CycleOutcome(CycleStatus.RAN, outcome.job_run_id, total)
 
 
+@pipelined
 def has_publishable(conn: psycopg.Connection) -> bool:
     row = conn.execute(QUERIES["outbox_has_publishable"]).fetchone()
     return bool(row and row[0])
