@@ -97,10 +97,11 @@ class RelayJob:
 
 @pipelined
 def claim_batch(conn: psycopg.Connection, batch_size: int,
-                held_topics: Sequence[str] = (), after_id: int = 0) -> list[Row | Malformed]:
+                held_topics: Sequence[str] = (), after_id: int = 0,
+                skip: Sequence[int] = ()) -> list[Row | Malformed]:
     records = conn.execute(QUERIES["outbox_claim_batch"],
                            {"batch_size": batch_size, "held_topics": list(held_topics),
-                            "after_id": after_id}).fetchall()
+                            "after_id": after_id, "skip": list(skip)}).fetchall()
     return [parse_claimed(rec) for rec in records]
 
 
@@ -232,7 +233,8 @@ class _Drain:
     database round trips overlap the broker's. Per-key order holds: a wave is formed
     only after the previous one was answered, from the rows of the window (claimed, not
     sent) in id order, at most one per key; a key with a row not acknowledged in this
-    cycle is held, and its later rows wait for a later cycle."""
+    cycle is held, and its later rows wait for a later cycle. The drain ends when a claim
+    finds nothing and every claimed row was sent (or at the run's time bound)."""
 
     job: RelayJob
     counts: RelayCounts
@@ -241,8 +243,9 @@ class _Drain:
     held: set[Key] = attrs.field(factory=set)
     faulted: set[str] = attrs.field(factory=set)  # topics refused in this cycle
     after_id: int = 0  # the last id claimed in this cycle
-    more: bool = True  # the last claim was full: more rows may be waiting
-    claimed: bool = False  # the last claim returned rows
+    full: bool = False  # the last claim was full: a backlog, claim after after_id
+    unsettled: set[int] = attrs.field(factory=set)  # claimed in this cycle, not marked
+    claimed: bool = False  # the last claim returned rows: claim again (a trickle goes on)
     claiming: trio.Event | None = None  # set when the claim in flight is done
     claimed_ids: set[int] = attrs.field(factory=set)
     claimed_topics: set[str] = attrs.field(factory=set)
@@ -251,6 +254,7 @@ class _Drain:
 
     async def run(self, started: float) -> None:
         job = self.job
+        batch_size = job.cfg.batch_size
         self._start_claim()
         while trio.current_time() - started < job.max_run_duration:
             if self.claiming is not None and not self.window:
@@ -259,8 +263,7 @@ class _Drain:
                 self.window = [row for row in self.window if row.topic not in self.faulted]
             wave, self.window = next_wave(self.window, self.held, trio.current_time(),
                                           job.state.rows.due_at)
-            if self.claiming is None and len(self.window) < job.cfg.batch_size and (
-                    self.more or (not wave and self.claimed)):
+            if self.claiming is None and self.claimed and len(self.window) < batch_size:
                 self._start_claim()  # runs while this wave is on the wire
             if not wave:
                 if self.claiming is None:
@@ -281,13 +284,17 @@ class _Drain:
     async def _claim(self, done: trio.Event) -> None:
         job = self.job
         try:
+            # behind a backlog: after the last claimed id; caught up: from the start,
+            # without the rows this cycle has in hand (a row committed late is not lost)
+            after, skip = (self.after_id, ()) if self.full else (0, sorted(self.unsettled))
             claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
                                           job.state.held_topics(trio.current_time()),
-                                          self.after_id)
-            self.more = len(claimed) >= job.cfg.batch_size
+                                          after, skip)
             self.claimed = bool(claimed)
+            self.full = len(claimed) >= job.cfg.batch_size
+            self.unsettled.update(row.id for row in claimed)
             if claimed:
-                self.after_id = max(row.id for row in claimed)
+                self.after_id = max(self.after_id, *(row.id for row in claimed))
             self.claimed_ids.update(row.id for row in claimed)
             self.claimed_topics.update(row.topic for row in claimed)
             self.window.extend(await _dead_letter_malformed(job, claimed, self.counts,
@@ -339,6 +346,7 @@ class _Drain:
                 while self.unmarked:
                     ids, self.unmarked = self.unmarked, []
                     await self.job.db.atomic(mark_published, ids)
+                    self.unsettled.difference_update(ids)
                     self.counts.published += len(ids)
                     OUTBOX_PUBLISHED.inc(len(ids))
         finally:

@@ -266,6 +266,48 @@ async def test_unreachable_kafka_leaves_rows_unpublished_and_fails_run_once(
     assert len(await trio.to_thread.run_sync(unpublished, db_dsn)) == 1
 
 
+@attrs.define
+class CommitsLateRow:
+    """The relay's producer, committing another writer's open transaction (its row has a
+    lower id than the rows already claimed) right before the first wave goes out."""
+
+    producer: KafkaProducer
+    late: psycopg.Connection
+
+    @property
+    def started(self) -> bool:
+        return self.producer.started
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def send_wave(self, messages: list[Any]) -> Any:
+        if not self.late.closed:
+            self.late.commit()
+            self.late.close()
+        return await self.producer.send_wave(messages)
+
+
+async def test_a_row_committed_after_higher_ids_were_claimed_goes_in_the_same_cycle(
+        cfg: Config, db_dsn: str, topic: str) -> None:
+    """Writers commit out of id order: a row whose id is below what the cycle already
+    claimed, committed while the cycle runs, is claimed by the cycle's next claim (not
+    passed over until the next cycle)."""
+    late = psycopg.connect(db_dsn)
+    late.execute("INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
+                 " event_type, payload) VALUES (%s, 'late', 'late', 'Test', '{}')", (topic,))
+    try:
+        await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["early"])
+        async with open_resources(cfg) as res:
+            job = attrs.evolve(relay_job(res),
+                               producer=CommitsLateRow(res.producer, late))  # type: ignore[arg-type]
+            counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t"))
+    finally:
+        late.close()
+    assert counts.published == 2
+    assert await trio.to_thread.run_sync(unpublished, db_dsn) == []
+
+
 def lease_term(dsn: str, job: str) -> int | None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT term FROM safetynet.leases WHERE job = %s",

@@ -5,13 +5,17 @@
 -- a configuration fault (so they never fill the batch and starve the other topics).
 -- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
 -- no parse/serialise round trip in Python; its JSON type says whether it is an object.
--- Only rows after the cycle's last claimed id: within a cycle the next claim runs while
--- the rows of the previous one are still being sent (0 at the start of a cycle).
+-- Within a cycle the next claim runs while the rows of the previous ones are still being
+-- sent or marked: behind a backlog it takes the rows after the last claimed id; caught up
+-- (the last claim was short) it starts from the beginning again, so a row that committed
+-- after rows with higher ids (concurrent writers) is not passed over, and skips the ids
+-- this cycle claimed and has not marked yet.
 SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload::text AS payload,
        jsonb_typeof(o.payload) AS payload_type, o.headers
 FROM messenger.integration_outbox o
 WHERE o.published_at IS NULL
   AND o.id > %(after_id)s
+  AND o.id <> ALL(%(skip)s::bigint[])
   AND o.topic <> ALL(%(held_topics)s::text[])
   AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
                   WHERE d.topic = o.topic AND d.message_key = o.message_key
