@@ -15,6 +15,11 @@ checked right before the lease would be taken: while paused, no lease is taken a
 cycle runs (a cycle already running finishes); ``cycle_skipped_paused`` is logged once
 per pause, ``job_resumed`` once the row is gone.
 
+A job with an idle probe (the relay: is anything publishable?) asks it on every tick
+that was not woken, right after the pause check: when it finds nothing to do, the tick
+is skipped without taking the lease (``skipped_idle``, not logged), so an idle daemon
+does one cheap read per tick instead of a lease, a fenced claim and a release.
+
 Each tick: take the job's lease (``safetynet.leases``, migration 0005; a new term, valid
 ``lock_ttl`` on the database clock) and, next to it, the advisory lock when it is free (so
 ``pg_locks`` still shows the leader; nothing depends on it). Held by a live holder → the
@@ -72,6 +77,7 @@ class CycleStatus(enum.StrEnum):
     RAN = "ran"
     SKIPPED_LOCKED = "skipped_locked"  # another process holds the job's lock
     SKIPPED_PAUSED = "skipped_paused"  # the job is paused (safetynet pause): no lease taken
+    SKIPPED_IDLE = "skipped_idle"  # the job's idle probe found nothing to do: no lease taken
     NO_CONNECTION = "no_connection"  # the lock connection could not be opened
     LOST_LOCK = "lost_lock"  # the lock session died mid-cycle; the cycle was cancelled
     LEASE_LOST = "lease_lost"  # another daemon took the lease over; the cycle stepped down
@@ -108,6 +114,10 @@ class LockedJob(Generic[R]):
     reconnect_base: float = 0.5
     reconnect_cap: float = 15.0
     wakeup: Wakeup | None = None  # when set, a wake-up starts the next cycle early
+    # when set, a tick that was not woken asks it first; True (nothing to do) skips the
+    # tick without taking the lease. An unlocked read on the pool, so an idle job does no
+    # lease traffic; a failing probe counts as "not idle" (the cycle then meets the fault)
+    idle: Callable[[], Awaitable[bool]] | None = None
 
     @property
     def key(self) -> int:
@@ -240,11 +250,16 @@ class LockConnection:
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, OSError, trio.TooSlowError)
 
 
-async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutcome[R]:
-    """One tick: take the lease, cycle under the TTL with the watchdog, give it back."""
+async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
+                           probe: bool = True) -> CycleOutcome[R]:
+    """One tick: take the lease, cycle under the TTL with the watchdog, give it back.
+    With *probe* (a tick that was not woken), the job's idle probe may skip it first."""
+    idle = False
     try:
         pause = await lock.pause(job)
-        lease = await lock.acquire(job) if pause is None else None
+        if pause is None and probe and job.idle is not None:
+            idle = await _idle(job)
+        lease = await lock.acquire(job) if pause is None and not idle else None
     except DB_ERRORS as exc:
         lock.discard()
         lock.failures += 1
@@ -262,6 +277,8 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutc
     if lock.pause_logged is not None:
         log.info("job_resumed", job=job.name)
         lock.pause_logged = None
+    if idle:
+        return CycleOutcome(CycleStatus.SKIPPED_IDLE)
     if lease is None:
         log.info("cycle_skipped_locked", job=job.name)
         return CycleOutcome(CycleStatus.SKIPPED_LOCKED)
@@ -309,6 +326,14 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection) -> CycleOutc
     return CycleOutcome(CycleStatus.RAN, run_id, result)
 
 
+async def _idle(job: LockedJob[Any]) -> bool:
+    assert job.idle is not None
+    try:
+        return await job.idle()
+    except InfrastructureError:
+        return False
+
+
 async def _watch(job: LockedJob[Any], lock: LockConnection, lease: Lease) -> CycleStatus:
     """Ping the lock session and renew the lease until one fails; how it failed."""
     renew_every = max(job.ping_interval, job.lock_ttl / 4)
@@ -354,10 +379,11 @@ async def serve_lock_keeper(
     failed_cycles = 0
     try:
         while True:
-            if job.wakeup is None or not await job.wakeup.wait(ticker.delay()):
+            woken = job.wakeup is not None and await job.wakeup.wait(ticker.delay())
+            if not woken:
                 await ticker.wait()
             try:
-                outcome = await run_locked_cycle(job, lock)
+                outcome = await run_locked_cycle(job, lock, probe=not woken)
             except* InfrastructureError as group:
                 # A server went away mid-cycle: the row in flight rolled back; back off and
                 # try again rather than crash-loop (bugs still crash and restart the keeper).

@@ -9,7 +9,9 @@ other writers (:mod:`actors.outbox_listener`), and at worst every ``poll_interva
 A cycle drains: claim the next unpublished rows in id order (short transaction, ``SKIP
 LOCKED``), send them in *waves* — each wave holds at most one row per key, so a later row
 of a key is never sent before an earlier one was acknowledged — and mark ``published_at``
-only for rows the broker acknowledged. A row that failed transiently keeps its place: it
+only for rows the broker acknowledged. The database work overlaps the broker's: the next
+claim runs while a wave is on the wire, and acknowledged rows are marked while the next
+waves go out. A row that failed transiently keeps its place: it
 and every later row of its key wait for a back-off. A row rejected permanently (too large,
 invalid topic) or malformed (``payload``/``headers`` not what :mod:`actors.outbox_rows`
 accepts) is dead-lettered and logged with its id and reason; it blocks its key only when
@@ -26,7 +28,8 @@ once a retry succeeds.
 Inputs: the database, the producer, the relay's state. Outputs: Kafka messages with the
 SPEC §4 headers, ``published_at``/``publish_attempts``/``last_error``, metrics.
 What cancellation does: a wave in flight is abandoned un-marked; those rows are sent again
-later with the same ``event-id`` (at least once). Marking is a must-complete transaction.
+later with the same ``event-id`` (at least once). Marking the acknowledged rows must
+complete (after a hard stop they too are sent again).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import attrs
 import psycopg
 import structlog
 import trio
-from psycopg.rows import dict_row
 
 from actors.cycle_frame import cycle_frame
 from actors.kafka_producer import Delivery, KafkaProducer, SendResult
@@ -50,10 +52,10 @@ from actors.lock_keeper import (
     LockedJob,
     run_locked_cycle,
 )
-from actors.outbox_rows import Malformed, Row, parse_row, waves
+from actors.outbox_rows import Key, Malformed, Row, next_wave, parse_claimed
 from actors.outbox_state import RelayState, backoff
 from supervision.config import OutboxRelayConfig
-from supervision.database import Database
+from supervision.database import Database, pipelined
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.health import HEALTH
 from supervision.metrics import (
@@ -62,10 +64,9 @@ from supervision.metrics import (
     OUTBOX_PUBLISHED,
 )
 from supervision.queries import QUERIES
+from supervision.shielding import must_complete
 
 log = structlog.get_logger("outbox_relay")
-
-Key = tuple[str, str]  # (topic, message_key)
 
 
 @attrs.define
@@ -94,15 +95,17 @@ class RelayJob:
     retention_batch: int = 1000
 
 
+@pipelined
 def claim_batch(conn: psycopg.Connection, batch_size: int,
-                held_topics: Sequence[str] = ()) -> list[Row | Malformed]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        records = cur.execute(QUERIES["outbox_claim_batch"],
-                              {"batch_size": batch_size,
-                               "held_topics": list(held_topics)}).fetchall()
-    return [parse_row(rec) for rec in records]
+                held_topics: Sequence[str] = (), after_id: int = 0,
+                skip: Sequence[int] = ()) -> list[Row | Malformed]:
+    records = conn.execute(QUERIES["outbox_claim_batch"],
+                           {"batch_size": batch_size, "held_topics": list(held_topics),
+                            "after_id": after_id, "skip": list(skip)}).fetchall()
+    return [parse_claimed(rec) for rec in records]
 
 
+@pipelined
 def mark_published(conn: psycopg.Connection, ids: list[int]) -> None:
     conn.execute(QUERIES["outbox_mark_published"], {"ids": ids})
 
@@ -143,7 +146,7 @@ async def run_relay_until_drained(
     a cycle publishes nothing; the summed counts. Kafka unreachable is an
     :class:`InfrastructureError` and a topic held by a configuration fault a
     :class:`ConfigurationFault` (rows stay unpublished), never an empty success."""
-    locked = attrs.evolve(locked, cycle=partial(run_relay_cycle, job))
+    locked = attrs.evolve(locked, cycle=partial(run_relay_cycle, job), idle=None)
     total = RelayCounts()
     while True:
         outcome = await run_locked_cycle(locked, lock)
@@ -160,6 +163,21 @@ async def run_relay_until_drained(
             if fault is not None:
                 raise ConfigurationFault(f"kafka: {fault}; their rows stay unpublished")
             return CycleOutcome(CycleStatus.RAN, outcome.job_run_id, total)
+
+
+@pipelined
+def has_publishable(conn: psycopg.Connection) -> bool:
+    row = conn.execute(QUERIES["outbox_has_publishable"]).fetchone()
+    return bool(row and row[0])
+
+
+async def relay_idle(job: RelayJob) -> bool:
+    """The relay's idle probe (:attr:`LockedJob.idle`): True when a cycle would have
+    nothing to do — the producer is started, retention is not due, and no row waits to
+    be published (one unlocked read on the pool, no lease)."""
+    if not job.producer.started or trio.current_time() >= job.state.retention_due_at:
+        return False
+    return not await job.db.run(has_publishable)
 
 
 def delete_published(conn: psycopg.Connection, retention: float, limit: int) -> int:
@@ -198,18 +216,141 @@ async def _drain(job: RelayJob, counts: RelayCounts) -> None:
             _kafka_down(state, type(exc).__name__)
             return
         state.connection_fault, state.kafka_failures = None, 0
-    while trio.current_time() - started < job.max_run_duration:
-        now = trio.current_time()
-        claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
-                                      state.held_topics(now))
-        state.forget_settled({row.id for row in claimed},
-                             {row.topic for row in claimed}, now)
-        rows = await _dead_letter_malformed(job, claimed, counts)
-        plan = waves(rows, now, state.rows.due_at)
-        if not any(plan):
-            break
-        if not await _publish(job, plan, counts):
-            break
+    try:
+        async with trio.open_nursery() as nursery:
+            await _Drain(job, counts, nursery).run(started)
+    except BaseExceptionGroup as group:  # one failure: raise it as it is
+        leaves = group.exceptions
+        if len(leaves) == 1 and not isinstance(leaves[0], BaseExceptionGroup):
+            raise leaves[0] from None
+        raise
+
+
+@attrs.define
+class _Drain:
+    """One cycle's drain. The next claim runs while the waves of the rows already claimed
+    are sent, and acknowledged rows are marked while the next waves go out, so the
+    database round trips overlap the broker's. Per-key order holds: a wave is formed
+    only after the previous one was answered, from the rows of the window (claimed, not
+    sent) in id order, at most one per key; a key with a row not acknowledged in this
+    cycle is held, and its later rows wait for a later cycle. The drain ends when a claim
+    finds nothing and every claimed row was sent (or at the run's time bound)."""
+
+    job: RelayJob
+    counts: RelayCounts
+    nursery: trio.Nursery
+    window: list[Row] = attrs.field(factory=list)  # claimed, not sent yet, in id order
+    held: set[Key] = attrs.field(factory=set)
+    faulted: set[str] = attrs.field(factory=set)  # topics refused in this cycle
+    after_id: int = 0  # the last id claimed in this cycle
+    full: bool = False  # the last claim was full: a backlog, claim after after_id
+    unsettled: set[int] = attrs.field(factory=set)  # claimed in this cycle, not marked
+    claimed: bool = False  # the last claim returned rows: claim again (a trickle goes on)
+    claiming: trio.Event | None = None  # set when the claim in flight is done
+    claimed_ids: set[int] = attrs.field(factory=set)
+    claimed_topics: set[str] = attrs.field(factory=set)
+    unmarked: list[int] = attrs.field(factory=list)  # acknowledged, not marked yet
+    marking: bool = False
+
+    async def run(self, started: float) -> None:
+        job = self.job
+        batch_size = job.cfg.batch_size
+        self._start_claim()
+        while trio.current_time() - started < job.max_run_duration:
+            if self.claiming is not None and not self.window:
+                await self.claiming.wait()
+            if self.faulted:
+                self.window = [row for row in self.window if row.topic not in self.faulted]
+            wave, self.window = next_wave(self.window, self.held, trio.current_time(),
+                                          job.state.rows.due_at)
+            if self.claiming is None and self.claimed and len(self.window) < batch_size:
+                self._start_claim()  # runs while this wave is on the wire
+            if not wave:
+                if self.claiming is None:
+                    break
+                continue
+            if not await self._send(wave):
+                return
+        else:
+            return  # the run's time bound: the back-off of unclaimed rows is kept
+        if self.claiming is None and not self.claimed:  # everything pending was seen
+            job.state.forget_settled(self.claimed_ids, self.claimed_topics,
+                                     trio.current_time())
+
+    def _start_claim(self) -> None:
+        self.claiming = trio.Event()
+        self.nursery.start_soon(self._claim, self.claiming)
+
+    async def _claim(self, done: trio.Event) -> None:
+        job = self.job
+        try:
+            # behind a backlog: after the last claimed id; caught up: from the start,
+            # without the rows this cycle has in hand (a row committed late is not lost)
+            after, skip = (self.after_id, ()) if self.full else (0, sorted(self.unsettled))
+            claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
+                                          job.state.held_topics(trio.current_time()),
+                                          after, skip)
+            self.claimed = bool(claimed)
+            self.full = len(claimed) >= job.cfg.batch_size
+            self.unsettled.update(row.id for row in claimed)
+            if claimed:
+                self.after_id = max(self.after_id, *(row.id for row in claimed))
+            self.claimed_ids.update(row.id for row in claimed)
+            self.claimed_topics.update(row.topic for row in claimed)
+            self.window.extend(await _dead_letter_malformed(job, claimed, self.counts,
+                                                            self.held))
+        finally:
+            self.claiming = None
+            done.set()
+
+    async def _send(self, wave: list[Row]) -> bool:
+        """Send one wave and sort out its answers; False when Kafka looks down."""
+        job, state = self.job, self.job.state
+        results = await job.producer.send_wave([row.message for row in wave])
+        by_id = {row.id: row for row in wave}
+        acked: list[int] = []
+        transient: str | None = None
+        for result in results:
+            row = by_id[result.outbox_id]
+            if result.delivery is Delivery.ACKED:
+                acked.append(row.id)
+                state.rows.forget(row.id)
+                state.topic_faults.pop(row.topic, None)
+            elif result.delivery is Delivery.FAULT:
+                if row.topic not in self.faulted:
+                    self.faulted.add(row.topic)
+                    _topic_fault(state, row.topic, result.error or "refused")
+            else:
+                if result.delivery is Delivery.TRANSIENT:
+                    transient = transient or result.error or "send failed"
+                if await _record_failure(job, row, result):
+                    self.held.add((row.topic, row.message_key))
+                self.counts.failed += 1
+        if acked:
+            self.unmarked.extend(acked)
+            if not self.marking:
+                self.marking = True
+                self.nursery.start_soon(self._mark)
+        if transient and not acked:
+            _kafka_down(state, transient)
+            return False
+        state.kafka_failures = 0
+        return True
+
+    async def _mark(self) -> None:
+        """Mark every acknowledged row, one transaction at a time, until none is left
+        (must complete: rows the broker has are marked, also when the cycle is
+        cancelled; after a hard stop they are sent again later)."""
+        try:
+            async with must_complete():
+                while self.unmarked:
+                    ids, self.unmarked = self.unmarked, []
+                    await self.job.db.atomic(mark_published, ids)
+                    self.unsettled.difference_update(ids)
+                    self.counts.published += len(ids)
+                    OUTBOX_PUBLISHED.inc(len(ids))
+        finally:
+            self.marking = False
 
 
 def _report_health(state: RelayState) -> None:
@@ -221,14 +362,13 @@ def _report_health(state: RelayState) -> None:
 
 
 async def _dead_letter_malformed(job: RelayJob, claimed: Sequence[Row | Malformed],
-                                 counts: RelayCounts) -> list[Row]:
+                                 counts: RelayCounts, held: set[Key]) -> list[Row]:
     """Dead-letter the malformed rows; the sendable rows, without the rows of a key now
-    blocked behind a dead letter."""
-    blocked: set[Key] = set()
+    blocked behind a dead letter (added to *held*)."""
     rows: list[Row] = []
     for row in claimed:
         key = (row.topic, row.message_key)
-        if key in blocked:
+        if key in held:
             continue
         if isinstance(row, Row):
             rows.append(row)
@@ -239,57 +379,8 @@ async def _dead_letter_malformed(job: RelayJob, claimed: Sequence[Row | Malforme
         log.error("outbox_row_dead_lettered", outbox_id=row.id, topic=row.topic,
                   error=row.reason, blocks_key=blocks)
         if blocks:
-            blocked.add(key)
+            held.add(key)
     return rows
-
-
-async def _publish(job: RelayJob, plan: list[list[Row]], counts: RelayCounts) -> bool:
-    """Send the waves in order, then mark what the broker acknowledged (one transaction
-    per batch); False when Kafka looks down (stop draining)."""
-    state = job.state
-    blocked: set[Key] = set()
-    faulted: set[str] = set()
-    acked: list[Row] = []
-    kafka_down = False
-    try:
-        for wave in plan:
-            wave = [row for row in wave if (row.topic, row.message_key) not in blocked
-                    and row.topic not in faulted]
-            if not wave:
-                continue
-            results = await job.producer.send_wave([row.message for row in wave])
-            by_id = {row.id: row for row in wave}
-            wave_acked = [by_id[r.outbox_id] for r in results if r.ok]
-            acked.extend(wave_acked)
-            transient: str | None = None
-            for result in results:
-                row = by_id[result.outbox_id]
-                if result.delivery is Delivery.FAULT:
-                    if row.topic not in faulted:
-                        faulted.add(row.topic)
-                        _topic_fault(state, row.topic, result.error or "refused")
-                elif result.delivery is not Delivery.ACKED:
-                    if result.delivery is Delivery.TRANSIENT:
-                        transient = transient or result.error or "send failed"
-                    blocked.add((row.topic, row.message_key))
-                    await _record_failure(job, row, result)
-                    counts.failed += 1
-            if transient and not wave_acked:
-                _kafka_down(state, transient)
-                kafka_down = True
-                break
-    finally:
-        if acked:  # only acknowledged rows; also when the waves were cut short
-            await job.db.atomic(mark_published, [row.id for row in acked])
-            counts.published += len(acked)
-            OUTBOX_PUBLISHED.inc(len(acked))
-            for row in acked:
-                state.rows.forget(row.id)
-                state.topic_faults.pop(row.topic, None)
-    if kafka_down:
-        return False
-    state.kafka_failures = 0
-    return True
 
 
 def _topic_fault(state: RelayState, topic: str, error: str) -> None:
@@ -300,7 +391,9 @@ def _topic_fault(state: RelayState, topic: str, error: str) -> None:
               retry_in_s=round(fault.retry_at - trio.current_time(), 2))
 
 
-async def _record_failure(job: RelayJob, row: Row, result: SendResult) -> None:
+async def _record_failure(job: RelayJob, row: Row, result: SendResult) -> bool:
+    """Record a row the broker did not take; True when its key must wait (a transient
+    failure, or a dead letter with later rows of the key behind it)."""
     error = f"kafka:{result.error}"
     permanent = result.delivery is Delivery.REJECTED
     OUTBOX_PUBLISH_FAILED.labels(kind="permanent" if permanent else "transient").inc()
@@ -309,10 +402,11 @@ async def _record_failure(job: RelayJob, row: Row, result: SendResult) -> None:
         OUTBOX_DEAD_LETTERED.inc()
         log.error("outbox_row_dead_lettered", outbox_id=row.id, topic=row.topic,
                   error=error, blocks_key=blocks)
-        return
+        return blocks
     await job.db.atomic(mark_failed, [row.id], error)
     job.state.rows.failed(row.id, trio.current_time())
     log.warning("outbox_publish_failed", outbox_id=row.id, topic=row.topic, error=error)
+    return True
 
 
 def _connection_fault(state: RelayState, reason: str) -> None:

@@ -1,7 +1,7 @@
 """Outbox rows as the relay sees them: parsing a claimed row, and the per-key waves.
 
->>> parsed = parse_row(record)      # a Row ready to send, or a Malformed row
->>> plan = waves(rows, now, due_at)  # lists of rows, at most one per key each
+>>> parsed = parse_claimed(record)  # a claimed row: a Row ready to send, or Malformed
+>>> wave, window = next_wave(window, held, now, due_at)  # at most one row per key
 
 ``messenger.integration_outbox`` is written by other services too, so a row is checked
 before it becomes a Kafka message: ``payload`` must be a JSON object (it is sent as it is
@@ -84,23 +84,49 @@ def parse_row(rec: dict[str, Any]) -> Row | Malformed:
     return Row(rec["id"], rec["topic"], rec["message_key"], message)
 
 
-def waves(rows: Sequence[Row], now: float,
-          due_at: Callable[[int], float]) -> list[list[Row]]:
-    """Split *rows* (id order) into waves of at most one row per key, in id order.
+CLAIMED = ("id", "topic", "message_key", "dedupe_key", "event_type", "payload",
+           "payload_type", "headers")  # the columns of outbox_claim_batch, in order
 
-    A row still in its back-off (``due_at(id) > now``) holds back itself and every later
-    row of its key."""
-    held: set[tuple[str, str]] = set()
-    depth: dict[tuple[str, str], int] = {}
-    out: list[list[Row]] = []
-    for row in rows:
+
+def parse_claimed(rec: tuple[Any, ...]) -> Row | Malformed:
+    """A row as ``outbox_claim_batch`` returns it (a tuple of :data:`CLAIMED`): the
+    common case (an object payload, headers a JSON object of strings) without building
+    a dict of the record; anything else goes through :func:`parse_row`."""
+    outbox_id, topic, message_key, dedupe_key, event_type, payload, payload_type, headers = rec
+    if (payload_type != "object" or type(headers) is not dict
+            or not all(type(value) is str for value in headers.values())):
+        return parse_row(dict(zip(CLAIMED, rec, strict=True)))
+    headers = {"event-type": event_type, "content-type": "application/json", **headers}
+    if "event-id" not in headers:  # writers other than safetynet may leave it out
+        headers["event-id"] = event_id(topic, dedupe_key)
+    return Row(outbox_id, topic, message_key, OutMessage(
+        outbox_id, topic, message_key.encode(), payload.encode(),
+        tuple(zip(headers, map(str.encode, headers.values()), strict=True))))
+
+
+Key = tuple[str, str]  # (topic, message_key)
+
+
+def next_wave(window: Sequence[Row], held: set[Key], now: float,
+              due_at: Callable[[int], float]) -> tuple[list[Row], list[Row]]:
+    """The next wave out of *window* (claimed rows in id order, not yet sent): the first
+    row of every key that is not held, in id order, and the rows left for later waves.
+
+    A row still in its back-off (``due_at(id) > now``) holds its key: the key is added to
+    *held*, and the rows of a held key are dropped from the window (they and every later
+    row of the key wait for a later cycle)."""
+    wave: list[Row] = []
+    rest: list[Row] = []
+    seen: set[Key] = set()
+    for row in window:
         key = (row.topic, row.message_key)
-        if key in held or due_at(row.id) > now:
-            held.add(key)
+        if key in held:
             continue
-        level = depth.get(key, 0)
-        depth[key] = level + 1
-        while len(out) <= level:
-            out.append([])
-        out[level].append(row)
-    return out
+        if key in seen:
+            rest.append(row)
+        elif due_at(row.id) > now:
+            held.add(key)
+        else:
+            seen.add(key)
+            wave.append(row)
+    return wave, rest

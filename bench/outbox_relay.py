@@ -13,15 +13,16 @@ headers a committer writes) to a fresh topic (``--partitions``, created up front
             producer settings (acks="all", no idempotence, no compression, linger 0,
             256 KiB batches), every send issued at once then every ack awaited; start and
             stop included, as in the relay's figure. Measured right before and right after
-            the relay; the ratio uses their mean (target >= 0.5).
+            the relay; the ratio uses their mean (target >= 0.8, issue 15).
 
 The relay's topic is read back: every row landed once, each key's rows in id order. Then,
 once:
 
   latency   the relay as in the daemon (``serve_outbox_listener`` + ``serve_lock_keeper(
-            relay_locked_job(res), dsn)``, woken by LISTEN/NOTIFY), while a separate
-            connection commits ``--trickle`` single-row INSERT transactions at ``--rate``
-            per second (after 5 warm-up rows, not counted). Latency per event is
+            relay_locked_job(res), dsn)``, woken by LISTEN/NOTIFY), while
+            ``--writers`` connections (4) commit ``--trickle`` single-row INSERT
+            transactions at ``--rate`` per second in all (default 6,000 at 2,000/s;
+            after 5 warm-up rows, not counted; the rate reached is printed). Latency per event is
             ``published_at - created_at`` on the database clock: ``created_at`` is the
             INSERT's transaction start (autocommit: ~0.1 ms before its commit) and
             ``published_at`` the start of the relay's marking transaction, which begins
@@ -52,6 +53,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -340,24 +342,38 @@ def profile(cfg: Config, kafka: KafkaServer, work: Workload, tag: str, partition
 # ------------------------------------------------------------------------------ latency
 
 
-def insert_paced(dsn: str, work: Workload, topic: str, count: int, rate: float) -> None:
-    """Commit *count* single-row INSERTs, one per transaction, at *rate* per second."""
+def insert_paced(dsn: str, work: Workload, topic: str, count: int, rate: float,
+                 writers: int = 1) -> float:
+    """Commit *count* single-row INSERTs, one per transaction, at *rate* per second in
+    all, spread over *writers* connections (each paced at rate / writers); the rate
+    reached (lower when commits take longer than the pace allows)."""
     run_id = str(uuid.uuid4())
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        started = time.perf_counter()
-        for i, (key, dedupe, payload) in enumerate(work.rows[:count]):
-            delay = started + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            conn.execute(
-                "INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
-                " event_type, payload, headers) VALUES (%s, %s, %s, %s, %s, %s)",
-                (topic, key, f"{dedupe}-{topic}", EVENT_TYPE, json.dumps(payload),
-                 event_headers(topic, dedupe, EVENT_TYPE, run_id, SOURCE)))
+    rows = work.rows[:count]
+    started = time.perf_counter()
+
+    def write(first: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for i in range(first, len(rows), writers):
+                key, dedupe, payload = rows[i]
+                delay = started + i / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                conn.execute(
+                    "INSERT INTO messenger.integration_outbox (topic, message_key,"
+                    " dedupe_key, event_type, payload, headers) VALUES (%s, %s, %s, %s, %s,"
+                    " %s)", (topic, key, f"{dedupe}-{topic}", EVENT_TYPE, json.dumps(payload),
+                             event_headers(topic, dedupe, EVENT_TYPE, run_id, SOURCE)))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count / (time.perf_counter() - started)
 
 
 async def trickle(cfg: Config, work: Workload, topic: str, count: int,
-                  rate: float) -> list[float]:
+                  rate: float, writers: int) -> tuple[list[float], float]:
     dsn = cfg.postgres.dsn.reveal()
 
     async def poll(check: Any, limit: float) -> None:
@@ -379,7 +395,8 @@ async def trickle(cfg: Config, work: Workload, topic: str, count: int,
         await trio.to_thread.run_sync(insert_paced, dsn, warm, topic, 5, 50.0)
         await wait_published(5, 10)
         await trio.sleep(0.5)
-        await trio.to_thread.run_sync(insert_paced, dsn, work, topic, count, rate)
+        reached = await trio.to_thread.run_sync(insert_paced, dsn, work, topic, count, rate,
+                                                writers)
         await wait_published(5 + count, 30)
         nursery.cancel_scope.cancel()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -387,7 +404,7 @@ async def trickle(cfg: Config, work: Workload, topic: str, count: int,
             "SELECT extract(epoch FROM published_at - created_at) FROM"
             " messenger.integration_outbox WHERE topic = %s ORDER BY id OFFSET 5",
             (topic,)).fetchall()
-    return [float(r[0]) for r in records]
+    return [float(r[0]) for r in records], reached
 
 
 def _listening(dsn: str) -> bool:
@@ -429,7 +446,8 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
         print(f"  round {n + 1} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     topic = f"bench.outbox-relay.{tag}.trickle"
     kafka.create_topic(topic, args.partitions)
-    latencies = trio.run(trickle, cfg, work, topic, args.trickle, args.rate)
+    latencies, reached = trio.run(trickle, cfg, work, topic, min(args.trickle, args.rows),
+                                  args.rate, args.writers)
 
     print(f"\n{'DRAIN':8}{'relay s':>8}{'events/s':>9}{'aiokafka s before/after':>24}"
           f"{'(sends only)':>14}{'ceiling/s':>10}{'ratio':>6}   CPU ms per event: relay |"
@@ -445,11 +463,12 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
     print(f"\nrelay events/s {spread([r['rate'] for r in rounds])}; aiokafka alone events/s"
           f" {spread([r['ceiling'] for r in rounds])}")
     print(f"ratio (relay/aiokafka) {spread(ratios, '{:.2f}')}"
-          f"  target >= 0.5: {ok[statistics.median(ratios) >= 0.5]}")
+          f"  target >= 0.8: {ok[statistics.median(ratios) >= 0.8]}")
     ms = [1000 * x for x in latencies]
     p99 = percentile(ms, 0.99)
-    print(f"commit-to-ack latency, {len(ms)} events at {args.rate:.0f}/s (daemon relay, LISTEN/"
-          f"NOTIFY): p50 {percentile(ms, 0.5):.1f} ms, p90 {percentile(ms, 0.9):.1f} ms,"
+    print(f"commit-to-ack latency, {len(ms)} events at {args.rate:.0f}/s (reached"
+          f" {reached:.0f}/s; daemon relay, LISTEN/NOTIFY): p50 {percentile(ms, 0.5):.1f} ms,"
+          f" p90 {percentile(ms, 0.9):.1f} ms,"
           f" p99 {p99:.1f} ms, max {max(ms):.1f} ms  target p99 < 50 ms: {ok[p99 < 50]}")
     if args.profile != "none":
         print("\n".join(profile(cfg, kafka, work, tag, args.partitions, base_dir)))
@@ -461,8 +480,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="message keys (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--partitions", type=int, default=3, help="per topic (default 3)")
-    parser.add_argument("--trickle", type=int, default=200, help="latency events (default 200)")
-    parser.add_argument("--rate", type=float, default=100.0, help="latency events/s (100)")
+    parser.add_argument("--trickle", type=int, default=6000,
+                        help="latency events (default 6000)")
+    parser.add_argument("--rate", type=float, default=2000.0, help="latency events/s (2000)")
+    parser.add_argument("--writers", type=int, default=4,
+                        help="connections committing the trickle (default 4)")
     parser.add_argument("--profile", choices=("relay", "none"), default="relay")
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115

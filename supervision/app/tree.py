@@ -39,7 +39,7 @@ from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import LockedJob, serve_lock_keeper
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
-from actors.outbox_relay import RelayCounts, RelayJob, run_relay_cycle
+from actors.outbox_relay import RelayCounts, RelayJob, relay_idle, run_relay_cycle
 from actors.recording_finalize import FinalizeJob, run_finalize_cycle
 from actors.s3.objectstore import ObjectStore
 from supervision.config import Config
@@ -92,9 +92,10 @@ def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJo
 
 def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
     relay = res.cfg.outbox_relay
+    job = relay_job(res)
     return LockedJob("outbox-relay", relay.poll_interval, relay.lock_ttl,
-                     partial(run_relay_cycle, relay_job(res)), first_delay=0.0,
-                     wakeup=res.wakeup)
+                     partial(run_relay_cycle, job), first_delay=0.0, wakeup=res.wakeup,
+                     idle=partial(relay_idle, job))
 
 
 def refreshes(res: Resources) -> list[Refresh]:

@@ -19,7 +19,7 @@ from actors.lock_keeper import (
     lock_key,
     run_locked_cycle,
 )
-from supervision.database import DataProblem, Fence, open_database
+from supervision.database import DataProblem, Fence, open_database, pipelined
 from supervision.errors import LeaseLost
 from supervision.metrics import FENCED_WRITES, LEASE_LOST
 from supervision.queries import QUERIES
@@ -132,6 +132,45 @@ async def test_write_under_a_lost_term_is_rejected_by_the_fence_and_counted(
         await db.fenced(taken.fence).atomic(write, "current")
     assert tags(table) == ["current"]
     assert FENCED_WRITES.labels(job="t-fence")._value.get() == before + 2
+    old.discard()
+    new.discard()
+
+
+@pipelined
+def write_pipelined(conn: psycopg.Connection, tag: str) -> list[str]:
+    """A write in pipeline mode that reads its result back (fetch, not rowcount)."""
+    cur = conn.execute("INSERT INTO t (tag) VALUES (%s) RETURNING tag", (tag,))
+    return [r[0] for r in cur.fetchall()]
+
+
+@pipelined
+def write_blind(conn: psycopg.Connection, tag: str) -> None:
+    """A write in pipeline mode that fetches nothing: BEGIN to COMMIT in one round trip."""
+    conn.execute("INSERT INTO t (tag) VALUES (%s)", (tag,))
+
+
+async def test_pipelined_writes_under_a_lost_term_are_rejected_by_the_fence(
+        table: str) -> None:
+    """Pipeline mode sends the fence and the statements behind it together: under a lost
+    term the fence still raises first (LeaseLost), nothing is written, the rejection is
+    counted; under the live term both kinds of write commit and return their results."""
+    job = make_job("t-fence-pipelined", ttl=30.0)
+    old, new = LockConnection(table), LockConnection(table)
+    lease = await old.acquire(job)
+    assert lease is not None
+    expire(table, "t-fence-pipelined")
+    taken = await new.acquire(job)
+    assert taken is not None
+    before = FENCED_WRITES.labels(job="t-fence-pipelined")._value.get()
+    async with open_database(table, size=2) as db:
+        with pytest.raises(LeaseLost):
+            await db.fenced(lease.fence).atomic(write_pipelined, "late")
+        with pytest.raises(LeaseLost):
+            await db.fenced(lease.fence).atomic(write_blind, "late-blind")
+        assert await db.fenced(taken.fence).atomic(write_pipelined, "current") == ["current"]
+        await db.fenced(taken.fence).atomic(write_blind, "current-blind")
+    assert tags(table) == ["current", "current-blind"]
+    assert FENCED_WRITES.labels(job="t-fence-pipelined")._value.get() == before + 2
     old.discard()
     new.discard()
 

@@ -21,12 +21,14 @@ from actors.finalize_store import event_id
 from actors.kafka_producer import KafkaProducer
 from actors.lock_keeper import (
     CycleContext,
+    CycleStatus,
     LockConnection,
     run_locked_cycle,
     serve_lock_keeper,
 )
 from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayCounts, apply_retention, run_relay_cycle
+from actors.outbox_relay import RelayCounts, apply_retention, claim_batch, run_relay_cycle
+from actors.outbox_rows import Row, parse_row
 from supervision.app import daemon
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job, relay_locked_job
@@ -264,6 +266,80 @@ async def test_unreachable_kafka_leaves_rows_unpublished_and_fails_run_once(
     assert len(await trio.to_thread.run_sync(unpublished, db_dsn)) == 1
 
 
+@attrs.define
+class CommitsLateRow:
+    """The relay's producer, committing another writer's open transaction (its row has a
+    lower id than the rows already claimed) right before the first wave goes out."""
+
+    producer: KafkaProducer
+    late: psycopg.Connection
+
+    @property
+    def started(self) -> bool:
+        return self.producer.started
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def send_wave(self, messages: list[Any]) -> Any:
+        if not self.late.closed:
+            self.late.commit()
+            self.late.close()
+        return await self.producer.send_wave(messages)
+
+
+async def test_a_row_committed_after_higher_ids_were_claimed_goes_in_the_same_cycle(
+        cfg: Config, db_dsn: str, topic: str) -> None:
+    """Writers commit out of id order: a row whose id is below what the cycle already
+    claimed, committed while the cycle runs, is claimed by the cycle's next claim (not
+    passed over until the next cycle)."""
+    late = psycopg.connect(db_dsn)
+    late.execute("INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
+                 " event_type, payload) VALUES (%s, 'late', 'late', 'Test', '{}')", (topic,))
+    try:
+        await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["early"])
+        async with open_resources(cfg) as res:
+            job = attrs.evolve(relay_job(res),
+                               producer=CommitsLateRow(res.producer, late))  # type: ignore[arg-type]
+            counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t"))
+    finally:
+        late.close()
+    assert counts.published == 2
+    assert await trio.to_thread.run_sync(unpublished, db_dsn) == []
+
+
+def lease_term(dsn: str, job: str) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT term FROM safetynet.leases WHERE job = %s",
+                           (job,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+async def test_an_idle_relay_skips_its_ticks_without_taking_the_lease(
+        cfg: Config, db_dsn: str, topic: str) -> None:
+    """With nothing to publish, a tick of the relay's keeper that was not woken reads the
+    outbox once and skips (no new lease term, no cycle); a wake-up, or a row waiting,
+    makes the next tick run as before."""
+    async with open_resources(cfg) as res:
+        locked = relay_locked_job(res)
+        lock = LockConnection(db_dsn)
+        try:
+            first = await run_locked_cycle(locked, lock)  # starts the producer
+            assert first.status is CycleStatus.RAN
+            term = await trio.to_thread.run_sync(lease_term, db_dsn, "outbox-relay")
+            idle = await run_locked_cycle(locked, lock)
+            assert idle.status is CycleStatus.SKIPPED_IDLE
+            assert await trio.to_thread.run_sync(lease_term, db_dsn, "outbox-relay") == term
+            woken = await run_locked_cycle(locked, lock, probe=False)
+            assert woken.status is CycleStatus.RAN
+            await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])
+            ran = await run_locked_cycle(locked, lock)
+            assert ran.status is CycleStatus.RAN and ran.result is not None
+            assert ran.result.published == 1
+        finally:
+            lock.discard()
+
+
 async def test_lock_keeper_serialises_relays(cfg: Config, db_dsn: str) -> None:
     """The relay's cycle runs under its own lease (one publisher per fleet)."""
     async with open_resources(cfg) as res:
@@ -306,6 +382,45 @@ MALFORMED = [  # (payload, headers, reason)
     ('"just text"', "{}", "malformed_row: payload is a JSON string, not an object"),
     ("42", "{}", "malformed_row: payload is a JSON number, not an object"),
 ]
+
+
+CLAIM_CASES = [*((p, h) for p, h, _ in MALFORMED), ('{"N": 1}', "null"),
+               ('{"N": 1}', "{}"), ('{"N": 1}', '{"a": null}'), ('{"N": 1}', '{"a": {"b": 1}}'),
+               ('{"N": 1}', '{"event-type": "Own", "content-type": "text/plain", "x": "y"}'),
+               ('{"N": 1, "T": "ü"}', '{"event-id": "e1", "ß": "ä"}'), ("null", "{}"),
+               ('[1]', '{"a": "b"}')]
+
+
+async def test_the_claim_builds_each_message_as_parse_row_does(
+        db_dsn: str, topic: str) -> None:
+    """The claim's fast path (tuple rows, no record dict) builds each message as
+    ``parse_row`` does: for rows of every shape (good, malformed, JSON null headers, own
+    defaults, non-ASCII) it yields what ``parse_row`` makes of the stored row."""
+    ids = [await trio.to_thread.run_sync(insert_raw, db_dsn, topic, f"k{n}", payload,
+                                         headers)
+           for n, (payload, headers) in enumerate(CLAIM_CASES)]
+
+    def both() -> tuple[list[Any], list[Any]]:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            with conn.transaction():
+                claimed = claim_batch(conn, 100, (), ids[0] - 1)
+            stored = fetch(conn, "SELECT id, topic, message_key, dedupe_key, event_type,"
+                                 " payload::text AS payload, jsonb_typeof(payload) AS"
+                                 " payload_type, headers FROM messenger.integration_outbox"
+                                 " WHERE id = ANY(%s) ORDER BY id", ids)
+        return claimed, [parse_row(rec) for rec in stored]
+
+    claimed, expected = await trio.to_thread.run_sync(both)
+    assert [type(c) for c in claimed] == [type(e) for e in expected]
+    for got, want in zip(claimed, expected, strict=True):
+        if isinstance(got, Row):
+            assert isinstance(want, Row)
+            assert dict(got.message.headers) == dict(want.message.headers)
+            assert attrs.evolve(got.message, headers=()) == attrs.evolve(want.message,
+                                                                          headers=())
+        else:
+            assert got == want
+    assert sum(isinstance(c, Row) for c in claimed) == 4
 
 
 async def test_malformed_rows_are_dead_lettered_while_the_relay_keeps_publishing(

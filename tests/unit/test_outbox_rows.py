@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from actors.finalize_store import event_id
-from actors.outbox_rows import Malformed, Row, parse_row, waves
+from actors.outbox_rows import Malformed, Row, next_wave, parse_row
 
 
 def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -80,14 +80,31 @@ def rows(*spec: tuple[int, str]) -> list[Row]:
     return out
 
 
-def test_waves_hold_one_row_per_key_in_id_order() -> None:
+def test_a_wave_holds_one_row_per_key_and_keeps_the_rest_in_id_order() -> None:
     """Rows of a key land in successive waves; other keys share the first wave."""
-    plan = waves(rows((1, "a"), (2, "a"), (3, "b"), (4, "a")), 0.0, lambda _id: 0.0)
-    assert [[r.id for r in wave] for wave in plan] == [[1, 3], [2], [4]]
+    window = rows((1, "a"), (2, "a"), (3, "b"), (4, "a"))
+    plan = []
+    while window:
+        wave, window = next_wave(window, set(), 0.0, lambda _id: 0.0)
+        plan.append([r.id for r in wave])
+    assert plan == [[1, 3], [2], [4]]
 
 
 def test_a_row_in_back_off_holds_back_the_rest_of_its_key() -> None:
     """Row 2 is not due: it and row 4 (same key, later) wait; row 1 and 3 go."""
-    plan = waves(rows((1, "a"), (2, "b"), (3, "c"), (4, "b")), 10.0,
-                 lambda outbox_id: 11.0 if outbox_id == 2 else 0.0)
-    assert [[r.id for r in wave] for wave in plan] == [[1, 3]]
+    held: set[tuple[str, str]] = set()
+    wave, rest = next_wave(rows((1, "a"), (2, "b"), (3, "c"), (4, "b")), held, 10.0,
+                           lambda outbox_id: 11.0 if outbox_id == 2 else 0.0)
+    assert [r.id for r in wave] == [1, 3] and rest == []
+    assert {key for _, key in held} == {"b"}
+
+
+def test_a_held_key_stays_held_for_rows_claimed_later() -> None:
+    """A key held earlier in the cycle (a failed row) drops its rows from later claims,
+    also rows kept for a later wave before the key was held."""
+    held = {("t", "a")}
+    wave, rest = next_wave(rows((5, "a"), (6, "b"), (7, "b")), held, 0.0, lambda _id: 0.0)
+    assert [r.id for r in wave] == [6] and [r.id for r in rest] == [7]
+    held.add(("t", "b"))  # row 6 failed: row 7, kept for a later wave, stays behind
+    wave, rest = next_wave(rest + rows((8, "b"), (9, "c")), held, 0.0, lambda _id: 0.0)
+    assert [r.id for r in wave] == [9] and rest == []

@@ -5,10 +5,17 @@
 -- a configuration fault (so they never fill the batch and starve the other topics).
 -- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
 -- no parse/serialise round trip in Python; its JSON type says whether it is an object.
+-- Within a cycle the next claim runs while the rows of the previous ones are still being
+-- sent or marked: behind a backlog it takes the rows after the last claimed id; caught up
+-- (the last claim was short) it starts from the beginning again, so a row that committed
+-- after rows with higher ids (concurrent writers) is not passed over, and skips the ids
+-- this cycle claimed and has not marked yet.
 SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload::text AS payload,
-       jsonb_typeof(o.payload) AS payload_type, o.headers, o.publish_attempts
+       jsonb_typeof(o.payload) AS payload_type, o.headers
 FROM messenger.integration_outbox o
 WHERE o.published_at IS NULL
+  AND o.id > %(after_id)s
+  AND o.id <> ALL(%(skip)s::bigint[])
   AND o.topic <> ALL(%(held_topics)s::text[])
   AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
                   WHERE d.topic = o.topic AND d.message_key = o.message_key
@@ -16,6 +23,16 @@ WHERE o.published_at IS NULL
 ORDER BY o.id
 LIMIT %(batch_size)s
 FOR UPDATE OF o SKIP LOCKED;
+
+-- name: outbox_has_publishable --
+-- The relay's idle probe, before it takes its lease: is any row waiting that a claim
+-- would take (the claim's filter, without the topics held in memory and without locks)?
+SELECT EXISTS (
+    SELECT 1 FROM messenger.integration_outbox o
+    WHERE o.published_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
+                      WHERE d.topic = o.topic AND d.message_key = o.message_key
+                        AND (d.outbox_id = o.id OR (d.blocks_key AND d.outbox_id < o.id))));
 
 -- name: outbox_mark_published --
 -- Only after the broker acknowledged each of these rows.
