@@ -13,6 +13,7 @@ from psycopg import sql
 
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
+from supervision.health import HEALTH, RootState
 from supervision.logs import configure_logging
 from supervision.migrate import migrate
 from tests.logscan import KNOWN_SECRETS, leaks
@@ -20,6 +21,16 @@ from tests.logscan import KNOWN_SECRETS, leaks
 pytest_plugins = ["tests.pki", "tests.stack_fixtures"]
 
 TEST_SECRETS = {"media-bearer-token", "very-secret-key", "hunter2"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_health() -> None:
+    """The process-wide readiness state starts clean for every test: a test that ran a
+    root to its SIGTERM, or left a configuration fault, does not make the next one's
+    /readyz 503."""
+    for component in list(HEALTH.faults):
+        HEALTH.clear_fault(component)
+    HEALTH.set_root(RootState.RUNNING)
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ import trio
 from structlog.testing import capture_logs
 
 from actors.kafka_producer import KafkaProducer
-from supervision.app import daemon
+from supervision.app import resources
 from supervision.health import HEALTH
 from tests.badinput.cases import CASES, Case, Job, Read
 from tests.badinput.report import ROOT, record
@@ -92,7 +92,7 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
         await world.seed_recordings()
     planted: Planted = await case.plant(world)
     if planted.extra.get("no_topic_creation"):  # a broker with auto-create off
-        monkeypatch.setattr(daemon, "KafkaProducer", partial(KafkaProducer,
+        monkeypatch.setattr(resources, "KafkaProducer", partial(KafkaProducer,
                                                              create_topics=False))
     before = await trio.to_thread.run_sync(state_digest, world.dsn)
     with capture_logs() as logs:

@@ -139,15 +139,14 @@ async def test_readyz_follows_postgres_down_and_back() -> None:
             url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
             async with httpx.AsyncClient() as client:
                 # the pool connects in the background: ready once it has
-                await trio.to_thread.run_sync(wait_until, lambda: _ready(url), 20, "readiness")
+                await trio.to_thread.run_sync(_wait_ready, url, 20)
                 await trio.to_thread.run_sync(server.stop)
                 down = await client.get(f"{url}/readyz", timeout=10)
                 assert down.status_code == 503
                 assert down.text.startswith("not ready: postgres unavailable")
                 assert down.text.count("\n") == 1
                 await trio.to_thread.run_sync(server.start)
-                await trio.to_thread.run_sync(
-                    wait_until, lambda: _ready(url), 20, "readiness after the restart")
+                await trio.to_thread.run_sync(_wait_ready, url, 20)
             nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(server.stop)
@@ -155,6 +154,16 @@ async def test_readyz_follows_postgres_down_and_back() -> None:
 
 def _ready(url: str) -> bool:
     return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+
+
+def _wait_ready(url: str, limit_s: float) -> None:
+    """Wait for /readyz 200; a failure names the last answer (which component, why)."""
+    try:
+        wait_until(lambda: _ready(url), limit_s, "readiness", step_s=0.1)
+    except AssertionError as exc:
+        answer = httpx.get(f"{url}/readyz", timeout=5)
+        raise AssertionError(f"{exc}; last /readyz: {answer.status_code} {answer.text!r}"
+                             ) from None
 
 
 async def test_config_fault_makes_readyz_503_until_cleared() -> None:

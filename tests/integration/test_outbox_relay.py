@@ -29,7 +29,7 @@ from actors.lock_keeper import (
 from actors.outbox_listener import serve_outbox_listener
 from actors.outbox_relay import RelayCounts, apply_retention, claim_batch, run_relay_cycle
 from actors.outbox_rows import Row, parse_row
-from supervision.app import daemon
+from supervision.app import resources
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job, relay_locked_job
 from supervision.config import Config
@@ -461,7 +461,7 @@ async def test_malformed_rows_are_dead_lettered_while_the_relay_keeps_publishing
 def no_topic_creation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every producer the app opens asks the broker not to create topics: Tansu then
     answers like a broker with auto-create off."""
-    monkeypatch.setattr(daemon, "KafkaProducer", partial(KafkaProducer, create_topics=False))
+    monkeypatch.setattr(resources, "KafkaProducer", partial(KafkaProducer, create_topics=False))
     yield
     HEALTH.clear_fault("kafka")
 
