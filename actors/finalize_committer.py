@@ -6,7 +6,8 @@ transaction) per row under the status guard, so each row commits whole or not at
 plus counts, metrics, the seed's log events, a span per row, and a wake-up of the outbox
 relay after each group that enqueued events. Restart type: none — it lives for one cycle.
 
-It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``)
+It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``;
+the cycle's committers take turns to gather, so one gathers while the others commit)
 and applies the group in one thread hop (``Database.atomic_each``): rows that
 become or already are Available (the bulk of a drain) go through one set-based statement
 and rows whose binary is Missing through another — each one transaction holding whole
@@ -165,19 +166,28 @@ def plan_units(group: list[RowOutcome]) -> list[RowOutcome | OutcomeGroup]:
 async def run_finalize_committer(
     db: Database, cfg: RecordingFinalizeConfig, job_run_id: str, counts: FinalizeCounts,
     inbox: trio.MemoryReceiveChannel[RowOutcome], wake_relay: Callable[[], None],
+    gather_turn: trio.Lock | None = None,
 ) -> None:
-    """Commit outcomes until *inbox* is closed and drained."""
+    """Commit outcomes until *inbox* is closed and drained. Committers sharing
+    *gather_turn* gather one at a time (one gathers while the others commit)."""
     apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
-    async for first in inbox:
-        group = [first]
+    turn = gather_turn or trio.Lock()
+    while True:
         # Outcomes trickle in at the pace of S3: gather for up to GATHER_S so a
-        # thread hop carries a group, not a row (bounded delay, bounded size).
-        with trio.move_on_after(GATHER_S):
-            while len(group) < GROUP:
-                try:
-                    group.append(await inbox.receive())
-                except trio.EndOfChannel:
-                    break
+        # thread hop carries a group, not a row (bounded delay, bounded size). One
+        # committer gathers at a time: two gathering side by side split the stream and
+        # each group carried half the rows (twice the thread hops per row).
+        async with turn:
+            try:
+                group = [await inbox.receive()]
+            except trio.EndOfChannel:
+                return
+            with trio.move_on_after(GATHER_S):
+                while len(group) < GROUP:
+                    try:
+                        group.append(await inbox.receive())
+                    except trio.EndOfChannel:
+                        break
         units = plan_units(group)
         results = await db.atomic_each(apply, units)
         pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []
