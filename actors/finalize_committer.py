@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import attrs
 import psycopg
@@ -73,7 +74,7 @@ from supervision.tracing import span
 
 log = structlog.get_logger("finalize_committer")
 
-GROUP = 32
+GROUP = 64
 # Up to 50 ms: at the pace of S3 (a few hundred rows/s) a 10 ms window gave groups of
 # ~3 rows, and the thread crossing per group was the daemon's largest CPU cost per row
 # (bench/cpu_per_row.py: 0.99 -> 0.70 ms of daemon CPU per row from 10 to 50 ms).
@@ -172,6 +173,9 @@ async def run_finalize_committer(
     *gather_turn* gather one at a time (one gathers while the others commit)."""
     apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
     turn = gather_turn or trio.Lock()
+    # bound once per cycle: the module's lazy proxy builds a logger on every call (it
+    # follows a reload's reconfiguration; this one follows it from the next cycle on)
+    clog = log.bind()
     while True:
         # Outcomes trickle in at the pace of S3: gather for up to GATHER_S so a
         # thread hop carries a group, not a row (bounded delay, bounded size). One
@@ -212,18 +216,20 @@ async def run_finalize_committer(
             if isinstance(effect, DataProblem):
                 malformed.append((outcome, f"malformed:{effect.error}"))
             else:
-                _account(counts, outcome, effect)
+                _account(counts, outcome, effect, clog)
                 enqueued |= effect.applied is not None and effect.applied.enqueued
         if enqueued:
             wake_relay()
         for outcome, reason in malformed:
-            log.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
+            clog.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
             if await db.atomic(quarantine, outcome.row, reason):
                 _account(counts, outcome, Effect(
-                    EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason))
+                    EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason),
+                    clog)
 
 
-def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> None:
+def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
+             log: Any = log) -> None:
     """Counts, metrics, the seed's log event and a span for one committed row."""
     row = outcome.row
     with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
@@ -258,14 +264,14 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
         elif effect.kind is EffectKind.TRANSIENT:
             RF_TRANSIENT.inc()
             if effect.status is AttemptStatus.QUARANTINED:
-                _quarantined(counts, row.recording_id, row.attempts, effect.reason)
+                _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
             elif effect.status is AttemptStatus.PENDING:
                 counts.transient += 1
                 log.info("recording_retry_scheduled", recording_id=row.recording_id,
                          attempts=row.attempts, error=effect.reason)
         elif effect.kind is EffectKind.QUARANTINED:
             if effect.status is AttemptStatus.QUARANTINED:
-                _quarantined(counts, row.recording_id, row.attempts, effect.reason)
+                _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
         elif effect.kind is EffectKind.DEFERRED:
             counts.deferred += 1
         elif effect.kind is EffectKind.WITHHELD:
@@ -278,7 +284,7 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> Non
 
 
 def _quarantined(counts: FinalizeCounts, recording_id: str, attempts: int,
-                 reason: str | None) -> None:
+                 reason: str | None, log: Any = log) -> None:
     counts.quarantined += 1
     RF_QUARANTINED.inc()
     log.error("recording_quarantined", recording_id=recording_id, attempts=attempts,

@@ -71,7 +71,8 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
         cur.adapters.register_loader("uuid", TextLoader)
         records = cur.execute(QUERIES["finalize_attempts_claim_due"], params).fetchall()
         col = {c.name: i for i, c in enumerate(cur.description or ())}
-    rows, rescheduled, skipped = [], 0, 0
+    rows: list[ClaimedRow] = []
+    rescheduled, skipped = 0, 0
     if not records:
         return Claim(rows, rescheduled, skipped)
     (i_id, i_rec, i_kind, i_sess, i_att, i_phase, i_status, i_old_att, i_old_next, i_tenant,
