@@ -70,7 +70,7 @@ from supervision.metrics import (
     RF_TRANSIENT,
     RF_VERDICTS_WITHHELD,
 )
-from supervision.tracing import span
+from supervision.tracing import span, tracing_enabled
 
 log = structlog.get_logger("finalize_committer")
 
@@ -231,56 +231,65 @@ async def run_finalize_committer(
 def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
              log: Any = log) -> None:
     """Counts, metrics, the seed's log event and a span for one committed row."""
+    if not tracing_enabled():  # no span attributes built per row for nothing
+        _account_row(counts, outcome, effect, log)
+        return
     row = outcome.row
     with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
               attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind.value,
               decision=type(outcome.decision).__name__):
-        applied = effect.applied
-        if applied is not None and applied.skipped_locked:
-            counts.skipped_locked += 1
-            log.info("recording_skipped_locked", recording_id=row.recording_id)
-        elif effect.kind is EffectKind.AVAILABLE and applied is not None:
-            if applied.transitioned:
-                counts.reconciled += 1
-                RF_RECONCILED.inc()
-                decision = outcome.decision
-                log.info("recording_reconciled", recording_id=row.recording_id,
-                         session_id=row.session_id, attempts=row.attempts,
-                         file_id=decision.file_id if isinstance(decision, Found) else None)
-            elif applied.enqueued:
-                counts.republished += 1
-                RF_REPUBLISHED.inc()
-                log.info("recording_republished", recording_id=row.recording_id)
-            elif applied.closed:
-                log.info("recording_already_terminal", recording_id=row.recording_id)
-        elif effect.kind is EffectKind.FAILED and applied is not None:
-            if applied.transitioned:
-                counts.failed += 1
-                RF_FAILED.inc()
-                log.warning("recording_failed", recording_id=row.recording_id,
-                            failure_reason="Timeout", attempts=row.attempts)
-            elif applied.closed:
-                log.info("recording_already_terminal", recording_id=row.recording_id)
-        elif effect.kind is EffectKind.TRANSIENT:
-            RF_TRANSIENT.inc()
-            if effect.status is AttemptStatus.QUARANTINED:
-                _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
-            elif effect.status is AttemptStatus.PENDING:
-                counts.transient += 1
-                log.info("recording_retry_scheduled", recording_id=row.recording_id,
-                         attempts=row.attempts, error=effect.reason)
-        elif effect.kind is EffectKind.QUARANTINED:
-            if effect.status is AttemptStatus.QUARANTINED:
-                _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
-        elif effect.kind is EffectKind.DEFERRED:
-            counts.deferred += 1
-        elif effect.kind is EffectKind.WITHHELD:
-            counts.withheld += 1
-            RF_VERDICTS_WITHHELD.inc()
-        elif effect.kind is EffectKind.UNCLAIMED:
-            counts.config_fault += 1
-        else:  # pragma: no cover - every kind is handled above
-            raise AssertionError(effect.kind)
+        _account_row(counts, outcome, effect, log)
+
+
+def _account_row(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
+                 log: Any) -> None:
+    row = outcome.row
+    applied = effect.applied
+    if applied is not None and applied.skipped_locked:
+        counts.skipped_locked += 1
+        log.info("recording_skipped_locked", recording_id=row.recording_id)
+    elif effect.kind is EffectKind.AVAILABLE and applied is not None:
+        if applied.transitioned:
+            counts.reconciled += 1
+            RF_RECONCILED.inc()
+            decision = outcome.decision
+            log.info("recording_reconciled", recording_id=row.recording_id,
+                     session_id=row.session_id, attempts=row.attempts,
+                     file_id=decision.file_id if isinstance(decision, Found) else None)
+        elif applied.enqueued:
+            counts.republished += 1
+            RF_REPUBLISHED.inc()
+            log.info("recording_republished", recording_id=row.recording_id)
+        elif applied.closed:
+            log.info("recording_already_terminal", recording_id=row.recording_id)
+    elif effect.kind is EffectKind.FAILED and applied is not None:
+        if applied.transitioned:
+            counts.failed += 1
+            RF_FAILED.inc()
+            log.warning("recording_failed", recording_id=row.recording_id,
+                        failure_reason="Timeout", attempts=row.attempts)
+        elif applied.closed:
+            log.info("recording_already_terminal", recording_id=row.recording_id)
+    elif effect.kind is EffectKind.TRANSIENT:
+        RF_TRANSIENT.inc()
+        if effect.status is AttemptStatus.QUARANTINED:
+            _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
+        elif effect.status is AttemptStatus.PENDING:
+            counts.transient += 1
+            log.info("recording_retry_scheduled", recording_id=row.recording_id,
+                     attempts=row.attempts, error=effect.reason)
+    elif effect.kind is EffectKind.QUARANTINED:
+        if effect.status is AttemptStatus.QUARANTINED:
+            _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
+    elif effect.kind is EffectKind.DEFERRED:
+        counts.deferred += 1
+    elif effect.kind is EffectKind.WITHHELD:
+        counts.withheld += 1
+        RF_VERDICTS_WITHHELD.inc()
+    elif effect.kind is EffectKind.UNCLAIMED:
+        counts.config_fault += 1
+    else:  # pragma: no cover - every kind is handled above
+        raise AssertionError(effect.kind)
 
 
 def _quarantined(counts: FinalizeCounts, recording_id: str, attempts: int,
