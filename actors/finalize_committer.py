@@ -6,7 +6,8 @@ transaction) per row under the status guard, so each row commits whole or not at
 plus counts, metrics, the seed's log events, a span per row, and a wake-up of the outbox
 relay after each group that enqueued events. Restart type: none — it lives for one cycle.
 
-It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``)
+It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``;
+the cycle's committers take turns to gather, so one gathers while the others commit)
 and applies the group in one thread hop (``Database.atomic_each``): rows that
 become or already are Available (the bulk of a drain) go through one set-based statement
 and rows whose binary is Missing through another — each one transaction holding whole
@@ -34,6 +35,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import attrs
 import psycopg
@@ -68,11 +70,11 @@ from supervision.metrics import (
     RF_TRANSIENT,
     RF_VERDICTS_WITHHELD,
 )
-from supervision.tracing import span
+from supervision.tracing import span, tracing_enabled
 
 log = structlog.get_logger("finalize_committer")
 
-GROUP = 32
+GROUP = 64
 # Up to 50 ms: at the pace of S3 (a few hundred rows/s) a 10 ms window gave groups of
 # ~3 rows, and the thread crossing per group was the daemon's largest CPU cost per row
 # (bench/cpu_per_row.py: 0.99 -> 0.70 ms of daemon CPU per row from 10 to 50 ms).
@@ -165,19 +167,31 @@ def plan_units(group: list[RowOutcome]) -> list[RowOutcome | OutcomeGroup]:
 async def run_finalize_committer(
     db: Database, cfg: RecordingFinalizeConfig, job_run_id: str, counts: FinalizeCounts,
     inbox: trio.MemoryReceiveChannel[RowOutcome], wake_relay: Callable[[], None],
+    gather_turn: trio.Lock | None = None,
 ) -> None:
-    """Commit outcomes until *inbox* is closed and drained."""
+    """Commit outcomes until *inbox* is closed and drained. Committers sharing
+    *gather_turn* gather one at a time (one gathers while the others commit)."""
     apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
-    async for first in inbox:
-        group = [first]
+    turn = gather_turn or trio.Lock()
+    # bound once per cycle: the module's lazy proxy builds a logger on every call (it
+    # follows a reload's reconfiguration; this one follows it from the next cycle on)
+    clog = log.bind()
+    while True:
         # Outcomes trickle in at the pace of S3: gather for up to GATHER_S so a
-        # thread hop carries a group, not a row (bounded delay, bounded size).
-        with trio.move_on_after(GATHER_S):
-            while len(group) < GROUP:
-                try:
-                    group.append(await inbox.receive())
-                except trio.EndOfChannel:
-                    break
+        # thread hop carries a group, not a row (bounded delay, bounded size). One
+        # committer gathers at a time: two gathering side by side split the stream and
+        # each group carried half the rows (twice the thread hops per row).
+        async with turn:
+            try:
+                group = [await inbox.receive()]
+            except trio.EndOfChannel:
+                return
+            with trio.move_on_after(GATHER_S):
+                while len(group) < GROUP:
+                    try:
+                        group.append(await inbox.receive())
+                    except trio.EndOfChannel:
+                        break
         units = plan_units(group)
         results = await db.atomic_each(apply, units)
         pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []
@@ -202,73 +216,84 @@ async def run_finalize_committer(
             if isinstance(effect, DataProblem):
                 malformed.append((outcome, f"malformed:{effect.error}"))
             else:
-                _account(counts, outcome, effect)
+                _account(counts, outcome, effect, clog)
                 enqueued |= effect.applied is not None and effect.applied.enqueued
         if enqueued:
             wake_relay()
         for outcome, reason in malformed:
-            log.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
+            clog.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
             if await db.atomic(quarantine, outcome.row, reason):
                 _account(counts, outcome, Effect(
-                    EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason))
+                    EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason),
+                    clog)
 
 
-def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect) -> None:
+def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
+             log: Any = log) -> None:
     """Counts, metrics, the seed's log event and a span for one committed row."""
+    if not tracing_enabled():  # no span attributes built per row for nothing
+        _account_row(counts, outcome, effect, log)
+        return
     row = outcome.row
     with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
               attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind.value,
               decision=type(outcome.decision).__name__):
-        applied = effect.applied
-        if applied is not None and applied.skipped_locked:
-            counts.skipped_locked += 1
-            log.info("recording_skipped_locked", recording_id=row.recording_id)
-        elif effect.kind is EffectKind.AVAILABLE and applied is not None:
-            if applied.transitioned:
-                counts.reconciled += 1
-                RF_RECONCILED.inc()
-                decision = outcome.decision
-                log.info("recording_reconciled", recording_id=row.recording_id,
-                         session_id=row.session_id, attempts=row.attempts,
-                         file_id=decision.file_id if isinstance(decision, Found) else None)
-            elif applied.enqueued:
-                counts.republished += 1
-                RF_REPUBLISHED.inc()
-                log.info("recording_republished", recording_id=row.recording_id)
-            elif applied.closed:
-                log.info("recording_already_terminal", recording_id=row.recording_id)
-        elif effect.kind is EffectKind.FAILED and applied is not None:
-            if applied.transitioned:
-                counts.failed += 1
-                RF_FAILED.inc()
-                log.warning("recording_failed", recording_id=row.recording_id,
-                            failure_reason="Timeout", attempts=row.attempts)
-            elif applied.closed:
-                log.info("recording_already_terminal", recording_id=row.recording_id)
-        elif effect.kind is EffectKind.TRANSIENT:
-            RF_TRANSIENT.inc()
-            if effect.status is AttemptStatus.QUARANTINED:
-                _quarantined(counts, row.recording_id, row.attempts, effect.reason)
-            elif effect.status is AttemptStatus.PENDING:
-                counts.transient += 1
-                log.info("recording_retry_scheduled", recording_id=row.recording_id,
-                         attempts=row.attempts, error=effect.reason)
-        elif effect.kind is EffectKind.QUARANTINED:
-            if effect.status is AttemptStatus.QUARANTINED:
-                _quarantined(counts, row.recording_id, row.attempts, effect.reason)
-        elif effect.kind is EffectKind.DEFERRED:
-            counts.deferred += 1
-        elif effect.kind is EffectKind.WITHHELD:
-            counts.withheld += 1
-            RF_VERDICTS_WITHHELD.inc()
-        elif effect.kind is EffectKind.UNCLAIMED:
-            counts.config_fault += 1
-        else:  # pragma: no cover - every kind is handled above
-            raise AssertionError(effect.kind)
+        _account_row(counts, outcome, effect, log)
+
+
+def _account_row(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
+                 log: Any) -> None:
+    row = outcome.row
+    applied = effect.applied
+    if applied is not None and applied.skipped_locked:
+        counts.skipped_locked += 1
+        log.info("recording_skipped_locked", recording_id=row.recording_id)
+    elif effect.kind is EffectKind.AVAILABLE and applied is not None:
+        if applied.transitioned:
+            counts.reconciled += 1
+            RF_RECONCILED.inc()
+            decision = outcome.decision
+            log.info("recording_reconciled", recording_id=row.recording_id,
+                     session_id=row.session_id, attempts=row.attempts,
+                     file_id=decision.file_id if isinstance(decision, Found) else None)
+        elif applied.enqueued:
+            counts.republished += 1
+            RF_REPUBLISHED.inc()
+            log.info("recording_republished", recording_id=row.recording_id)
+        elif applied.closed:
+            log.info("recording_already_terminal", recording_id=row.recording_id)
+    elif effect.kind is EffectKind.FAILED and applied is not None:
+        if applied.transitioned:
+            counts.failed += 1
+            RF_FAILED.inc()
+            log.warning("recording_failed", recording_id=row.recording_id,
+                        failure_reason="Timeout", attempts=row.attempts)
+        elif applied.closed:
+            log.info("recording_already_terminal", recording_id=row.recording_id)
+    elif effect.kind is EffectKind.TRANSIENT:
+        RF_TRANSIENT.inc()
+        if effect.status is AttemptStatus.QUARANTINED:
+            _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
+        elif effect.status is AttemptStatus.PENDING:
+            counts.transient += 1
+            log.info("recording_retry_scheduled", recording_id=row.recording_id,
+                     attempts=row.attempts, error=effect.reason)
+    elif effect.kind is EffectKind.QUARANTINED:
+        if effect.status is AttemptStatus.QUARANTINED:
+            _quarantined(counts, row.recording_id, row.attempts, effect.reason, log)
+    elif effect.kind is EffectKind.DEFERRED:
+        counts.deferred += 1
+    elif effect.kind is EffectKind.WITHHELD:
+        counts.withheld += 1
+        RF_VERDICTS_WITHHELD.inc()
+    elif effect.kind is EffectKind.UNCLAIMED:
+        counts.config_fault += 1
+    else:  # pragma: no cover - every kind is handled above
+        raise AssertionError(effect.kind)
 
 
 def _quarantined(counts: FinalizeCounts, recording_id: str, attempts: int,
-                 reason: str | None) -> None:
+                 reason: str | None, log: Any = log) -> None:
     counts.quarantined += 1
     RF_QUARANTINED.inc()
     log.error("recording_quarantined", recording_id=recording_id, attempts=attempts,

@@ -103,11 +103,12 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
         outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](
             job.cfg.batch_size)
         # the originals close right after the spawns: only the workers' clones stay open
+        gather_turn = trio.Lock()  # committers gather in turn, commit side by side
         async with trio.open_nursery() as nursery, rows_recv, outcomes_recv:
             for _ in range(job.committers):
                 nursery.start_soon(partial(
                     run_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
-                    outcomes_recv.clone(), job.wake_relay))
+                    outcomes_recv.clone(), job.wake_relay, gather_turn))
             for _ in range(pool):
                 nursery.start_soon(run_s3_reconciler, job.store, breaker, budget,
                                    rows_recv.clone(), outcomes_send.clone())

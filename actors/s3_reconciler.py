@@ -61,7 +61,8 @@ async def run_s3_reconciler(
                 outcome = await store.head_recording(row.recording_id)
                 if isinstance(outcome, Fault):
                     breaker.trip(outcome.error)
-                elif outcome == Transient(NOT_SENT):  # no S3 worker: nothing went out
+                elif isinstance(outcome, Transient) and outcome.error == NOT_SENT:
+                    # no S3 worker: nothing went out
                     breaker.trip()
                     outcome = NotAttempted(NOT_SENT)
                 else:

@@ -47,6 +47,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, scrub, renderer],
     ))
+    printer = structlog.PrintLogger(stream or sys.stderr)
     root = logging.getLogger()
     root.handlers = [handler]
     # drivers are chatty below WARNING; their warnings and errors are worth a line
@@ -59,6 +60,8 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        # one printer for every logger (a factory building one per call looked its
+        # file's lock up each time: the proxies build a logger per log call)
+        logger_factory=lambda *_: printer,
         cache_logger_on_first_use=False,
     )

@@ -74,6 +74,12 @@ _NO_SPAN: AbstractContextManager[trace.Span] = nullcontext(trace.INVALID_SPAN)
 _configured = False  # set by configure_tracing: until then spans cost nothing
 
 
+def tracing_enabled() -> bool:
+    """True once :func:`configure_tracing` ran: a caller on a per-row path skips building
+    a span's attributes when it is not."""
+    return _configured
+
+
 def span(name: str, **attributes: Any) -> AbstractContextManager[trace.Span]:
     """A span with the given attributes (None values are left out); a shared no-op
     context when tracing is not configured (a span per row would otherwise build its

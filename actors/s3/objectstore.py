@@ -165,4 +165,6 @@ def _whole_number(text: str, maximum: int) -> int | None:
 
 def printable(text: str) -> str:
     """*text* fit for ``last_error`` and a log line: printable ASCII, the rest as ``?``."""
+    if text.isascii() and text.isprintable():  # the usual case: " " to "~" only
+        return text
     return "".join(c if " " <= c <= "~" else "?" for c in text)
