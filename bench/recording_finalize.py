@@ -95,7 +95,8 @@ from bench._measure import (
     ru_maxrss_bytes,
     spread,
 )
-from supervision.app.daemon import POOL_SIZE, open_resources
+from supervision.app.daemon import open_resources
+from supervision.app.resources import POOL_SIZE
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
 from supervision.logs import configure_logging
