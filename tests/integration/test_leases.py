@@ -112,17 +112,25 @@ async def test_a_holder_whose_session_ended_loses_its_lease_at_once(db_dsn: str)
     standby.discard()
 
 
+async def lost_and_live_terms(table: str, name: str
+                              ) -> tuple[LockConnection, LockConnection, Lease, Lease]:
+    """Two lock connections: the first held *name*'s lease until it expired, the second
+    took it over (a higher term). Returns both and both leases (lost, live)."""
+    job = make_job(name, ttl=30.0)
+    old, new = LockConnection(table), LockConnection(table)
+    lease = await old.acquire(job)
+    assert lease is not None
+    expire(table, name)
+    taken = await new.acquire(job)
+    assert taken is not None
+    return old, new, lease, taken
+
+
 async def test_write_under_a_lost_term_is_rejected_by_the_fence_and_counted(
         table: str) -> None:
     """The old holder wakes after a take-over: its transaction rolls back (LeaseLost),
     nothing of it is written, the rejection is counted; the new term writes."""
-    job = make_job("t-fence", ttl=30.0)
-    old, new = LockConnection(table), LockConnection(table)
-    lease = await old.acquire(job)
-    assert lease is not None
-    expire(table, "t-fence")
-    taken = await new.acquire(job)
-    assert taken is not None
+    old, new, lease, taken = await lost_and_live_terms(table, "t-fence")
     before = FENCED_WRITES.labels(job="t-fence")._value.get()
     async with open_database(table, size=2) as db:
         with pytest.raises(LeaseLost):
@@ -154,13 +162,7 @@ async def test_pipelined_writes_under_a_lost_term_are_rejected_by_the_fence(
     """Pipeline mode sends the fence and the statements behind it together: under a lost
     term the fence still raises first (LeaseLost), nothing is written, the rejection is
     counted; under the live term both kinds of write commit and return their results."""
-    job = make_job("t-fence-pipelined", ttl=30.0)
-    old, new = LockConnection(table), LockConnection(table)
-    lease = await old.acquire(job)
-    assert lease is not None
-    expire(table, "t-fence-pipelined")
-    taken = await new.acquire(job)
-    assert taken is not None
+    old, new, lease, taken = await lost_and_live_terms(table, "t-fence-pipelined")
     before = FENCED_WRITES.labels(job="t-fence-pipelined")._value.get()
     async with open_database(table, size=2) as db:
         with pytest.raises(LeaseLost):

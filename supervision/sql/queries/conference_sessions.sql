@@ -213,27 +213,22 @@ LEFT JOIN ob ON ob.dedupe_key = j.id::text;
 -- conferences and never the live ones (it runs after every reaper cycle).
 -- tests/integration/test_plan.py checks the count against the function on seeded rows.
 SELECT count(*)
-FROM (SELECT c.id FROM messenger.conference_sessions c
+FROM (SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at
+      FROM messenger.conference_sessions c
       WHERE c.status = 'Active' AND c.active_participant_count = 0
         AND c.last_activity_at <= now() - %(empty_room_grace)s * interval '1 second'
-        AND safetynet.conference_phase(
-                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
-                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
-            IS NOT NULL
       UNION
-      SELECT c.id FROM messenger.conference_sessions c
+      SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at
+      FROM messenger.conference_sessions c
       WHERE c.status = 'Provisioning'
         AND c.created_at <= now() - %(provision_timeout)s * interval '1 second'
-        AND safetynet.conference_phase(
-                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
-                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
-            IS NOT NULL
       UNION
-      SELECT c.id FROM messenger.conference_sessions c
+      SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at
+      FROM messenger.conference_sessions c
       WHERE c.status = 'Active'
         AND c.last_activity_at <= now() - %(stale_live_timeout)s * interval '1 second'
-        AND safetynet.conference_phase(
-                c.status, c.active_participant_count, c.last_activity_at, c.created_at,
-                now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
-            IS NOT NULL
-     ) d;
+     ) d
+WHERE safetynet.conference_phase(
+          d.status, d.active_participant_count, d.last_activity_at, d.created_at,
+          now(), %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s)
+      IS NOT NULL;
