@@ -4,9 +4,6 @@ real `safetynet run` whose paused job stops while the others go on."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +13,17 @@ import pytest
 import tomli_w
 
 from supervision.dev.stack import S3Server, free_ports
+from tests.cli import cli, postgres_only_config
 from tests.integration.test_shutdown import events, start_daemon
 from tests.messenger import attempt, insert_call_session, insert_recording
 from tests.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 FINALIZE, REAPER = "recording-finalize", "conference-reaper"
 
 
 @pytest.fixture
 def config(db_dsn: str, tmp_path: Path) -> Path:
-    path = tmp_path / "c.toml"
-    path.write_text(tomli_w.dumps({"postgres": {"dsn": db_dsn}}))
-    return path
-
-
-def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supervision.app", *args, "-c", str(config)],
-                          capture_output=True, text=True, cwd=ROOT, check=False,
-                          env={"PATH": os.environ.get("PATH", ""), "COLUMNS": "200"})
+    return postgres_only_config(tmp_path, db_dsn)
 
 
 def test_pause_shows_in_status_until_resume(config: Path) -> None:

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import tomli_w
 
+from tests.cli import cli, postgres_only_config
 from tests.messenger import attempt, insert_call_session, insert_conference, insert_recording
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -27,15 +22,7 @@ def conn(db_dsn: str) -> Any:
 
 @pytest.fixture
 def config(db_dsn: str, tmp_path: Path) -> Path:
-    path = tmp_path / "c.toml"
-    path.write_text(tomli_w.dumps({"postgres": {"dsn": db_dsn}}))
-    return path
-
-
-def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supervision.app", *args, "-c", str(config)],
-                          capture_output=True, text=True, cwd=ROOT, check=False,
-                          env={"PATH": os.environ.get("PATH", ""), "COLUMNS": "200"})
+    return postgres_only_config(tmp_path, db_dsn)
 
 
 def test_status_on_a_healthy_database_exits_0_with_every_figure(config: Path) -> None:
