@@ -263,7 +263,9 @@ class _Drain:
                 self.window = [row for row in self.window if row.topic not in self.faulted]
             wave, self.window = next_wave(self.window, self.held, trio.current_time(),
                                           job.state.rows.due_at)
-            if self.claiming is None and self.claimed and len(self.window) < batch_size:
+            # keep up to two claims in hand: a wave takes one row per key, so a larger
+            # window makes larger waves when keys repeat (fewer waves, crossings, marks)
+            if self.claiming is None and self.claimed and len(self.window) < 2 * batch_size:
                 self._start_claim()  # runs while this wave is on the wire
             if not wave:
                 if self.claiming is None:

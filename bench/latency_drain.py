@@ -2,8 +2,10 @@
 
 A benchmark (not a test). SeaweedFS answers a HEAD in ~0.3 ms; real object storage in
 10-50 ms. Here the fault proxy (``tests/faults.py``, HTTP mode, in a process of its own
-so it does not share this process's GIL) delays every S3 request by ``latency`` (plus a
-uniform draw from ``[-jitter, +jitter]``) before forwarding it. Then the drain is bound
+so it does not share this process's GIL) holds every S3 answer until ``latency`` (plus a
+uniform draw from ``[-jitter, +jitter]``) after its request arrived (``HttpRule.hold``:
+the request is forwarded at once, so SeaweedFS's own time and the proxy's forwarding are
+inside the latency, as in a store that answers in ``latency``). Then the drain is bound
 by the connections, not the CPU: its limit is ``s3.concurrency / latency`` HEAD/s
 (400 at 8 connections and 20 ms). For each setting (s3.concurrency x latency), each round:
 
@@ -92,7 +94,8 @@ def serve_proxy(upstream_port: int, latency: float, jitter: float) -> None:
 
     async def main() -> None:
         proxy = FaultProxy("127.0.0.1", upstream_port, http=True)
-        proxy.rules.append(HttpRule(lambda _req: True, latency=latency, jitter=jitter))
+        proxy.rules.append(HttpRule(lambda _req: True, latency=latency, jitter=jitter,
+                                       hold=True))
         async with trio.open_nursery() as nursery:
             await nursery.start(proxy.serve)
             print(proxy.port, flush=True)

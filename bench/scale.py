@@ -208,6 +208,7 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]
     cfg["logging"]["level"] = "warning"
     daemon = Daemon(tmp, "scale", cfg).start()
     samples: list[tuple[float, float]] = []
+    rss: list[tuple[float, int]] = []  # (rows done, peak RSS of both processes so far)
     watch = RssWatch(daemon.pid)
     cpu0 = None
     try:
@@ -218,6 +219,7 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]
                 if cpu0 is None:
                     cpu0 = now
                 samples.append((now, done))
+                rss.append((done, watch.daemon + watch.worker))
                 if done >= target:
                     break
             time.sleep(1.0)
@@ -237,12 +239,18 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]
     first = tenth / (when(tenth) - when(0.5))
     last = tenth / (when(target) - when(target - tenth))
     whole = target / (when(target) - when(0.5))
+    bounds = [0.5] + [tenth * k for k in range(1, 11)]
+    tenths = [tenth / (when(b) - when(a)) for a, b in itertools.pairwise(bounds)]
+    peaks = [max((m for d, m in rss if d <= b), default=0) / 2**20 for b in bounds[1:]]
     return [f"drained {target} rows in {when(target) - when(0.5):.0f} s: {whole:.0f} rows/s;"
             f" first tenth {first:.0f} rows/s, last tenth {last:.0f} rows/s, last/first"
             f" {last / first:.2f} (target within 10%); load {os.getloadavg()[0]:.2f}",
             f"peak RSS: daemon {watch.daemon / 2**20:.0f} MB, S3 worker"
             f" {watch.worker / 2**20:.0f} MB, together <="
-            f" {(watch.daemon + watch.worker) / 2**20:.0f} MB (target < 150 MB)"]
+            f" {(watch.daemon + watch.worker) / 2**20:.0f} MB (target < 150 MB)",
+            "rows/s by tenth: " + ", ".join(f"{r:.0f}" for r in tenths),
+            "peak RSS together by the end of each tenth, MB: "
+            + ", ".join(f"{m:.0f}" for m in peaks)]
 
 
 # ------------------------------------------------------------------------------ reaper

@@ -19,8 +19,12 @@ Two layers of faults, both switchable at any time from the test:
   keep-alive connection is parsed (request line, headers, Content-Length body) and the
   first :class:`HttpRule` that matches it and has ``times`` left decides: answer it
   locally with ``status`` (HEAD answers have no body), or delay, reset mid-response or
-  blackhole that one request. Anything else is forwarded and exactly one response relayed
-  back (by Content-Length; no body for HEAD, 1xx, 204, 304). A request with a chunked or
+  blackhole that one request. A delay (``latency`` ± ``jitter``) holds the request back
+  before forwarding it; with ``hold`` the request goes on at once and its answer is held
+  until the delay has passed since the request arrived — a store that takes that long to
+  answer, with the upstream's own time and the proxy's forwarding inside the delay.
+  Anything else is forwarded and exactly one response relayed back (by Content-Length;
+  no body for HEAD, 1xx, 204, 304). A request with a chunked or
   ``Expect: 100-continue`` body turns its connection into a plain TCP tunnel; a response
   without a length is relayed until the server closes.
 
@@ -84,6 +88,7 @@ class HttpRule:
     headers: Mapping[str, str] = attrs.field(factory=dict)  # added to the local answer
     latency: float = 0.0             # forward after this delay
     jitter: float = 0.0              # ... plus a uniform draw from [-jitter, +jitter]
+    hold: bool = False               # forward at once, answer *latency* after arrival
     reset_after: int | None = None   # forward, then RST after N response bytes
     blackhole: bool = False          # swallow the request and never answer
     times: int | None = None
@@ -348,12 +353,16 @@ class FaultProxy:
             if rule is not None and rule.status is not None:
                 await self._emit(conn, _local_answer(req, rule))
                 continue
+            answer_at = None
             if rule is not None and (rule.latency or rule.jitter):
-                await trio.sleep(max(0.0, rule.latency + random.uniform(-rule.jitter,
-                                                                        rule.jitter)))
+                delay = max(0.0, rule.latency + random.uniform(-rule.jitter, rule.jitter))
+                if rule.hold:
+                    answer_at = trio.current_time() + delay
+                else:
+                    await trio.sleep(delay)
             upstream = await self._upstream(conn)
             await upstream.stream.send_all(head + body)
-            if not await self._relay_response(conn, req, upstream, rule):
+            if not await self._relay_response(conn, req, upstream, rule, answer_at):
                 return
 
     @staticmethod
@@ -364,13 +373,16 @@ class FaultProxy:
         return collect
 
     async def _relay_response(self, conn: _Conn, req: HttpRequest, upstream: _Buffered,
-                              rule: HttpRule | None) -> bool:
-        """Relay one response (after any 1xx); False when the connection must close."""
+                              rule: HttpRule | None, answer_at: float | None = None) -> bool:
+        """Relay one response (after any 1xx, not before *answer_at*); False when the
+        connection must close."""
         status = 100
         while status < 200:
             head = await upstream.read_head()
             if head is None:
                 return False
+            if answer_at is not None:
+                await trio.sleep_until(answer_at)
             (_, code, *_), headers = _parse(head)
             status = int(code)
             await self._emit(conn, head, rule)

@@ -215,3 +215,26 @@ async def test_http_latency_rule_makes_httpx_time_out(
         assert (await client.head(f"/{bucket}")).status_code == 200
         with pytest.raises(httpx.ReadTimeout):
             await client.head(f"/{bucket}/{key()}")
+
+
+async def test_http_hold_rule_forwards_at_once_and_answers_after_the_latency(
+        s3_server: S3Server, s3_proxy: FaultProxy, bucket: str) -> None:
+    """``hold``: the store answers at once (the object is created after the request
+    arrived, and the held answer is still its 404) and the client gets that answer no
+    sooner than the latency after sending — a store that takes that long to answer."""
+    s3_proxy.rules.append(HttpRule(s3_object("HEAD"), latency=0.6, hold=True))
+    name = key()
+    async with s3_client(s3_server, s3_proxy.url) as client:
+        status: list[int] = []
+
+        async def head() -> None:
+            status.append((await client.head(f"/{bucket}/{name}")).status_code)
+
+        async with trio.open_nursery() as nursery:
+            sent = trio.current_time()
+            nursery.start_soon(head)
+            await trio.sleep(0.3)
+            assert not status  # still held
+            s3_server.put_object(bucket, name, b"abc", "audio/ogg")
+        assert status == [404] and trio.current_time() - sent >= 0.6
+        assert (await client.head(f"/{bucket}/{name}")).status_code == 200  # the store had it

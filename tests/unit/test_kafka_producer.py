@@ -11,6 +11,7 @@ import pytest
 from aiokafka import errors
 from aiokafka.conn import ScramAuthenticator
 from aiokafka.helpers import create_ssl_context as aiokafka_helpers_create_ssl_context
+from aiokafka.partitioner import DefaultPartitioner
 
 from actors import kafka_producer
 from actors.kafka_producer import Delivery, KafkaProducer, classify, probe_verdict
@@ -196,3 +197,26 @@ def test_a_refused_connection_is_a_configuration_fault(exc: Exception, reason: s
 def test_a_broken_connection_is_not_a_refusal(exc: Exception) -> None:
     assert refusal(exc) is None
     assert classify(exc) is Delivery.TRANSIENT
+
+
+def test_key_partitioner_puts_every_key_where_aiokafka_and_the_java_client_do() -> None:
+    """The remembered hashes change nothing: each key (asked twice, the second time from
+    the cache) gets aiokafka's DefaultPartitioner partition at every partition count."""
+    default = DefaultPartitioner()
+    keys = [f"{n:08x}-5a8e-4222-8333-444455556666".encode() for n in range(300)] + [b"", b"k"]
+    for count in (1, 3, 7, 12):
+        partitions = list(range(count))
+        for key in keys + keys:
+            assert kafka_producer.key_partitioner(key, partitions, partitions) == default(
+                key, partitions, partitions), (key, count)
+    # the Java client's partitions for these keys at 1,000 partitions (kafka-python's
+    # compatibility vectors)
+    java = {b"": 681, b"a": 524, b"ab": 434, b"abc": 107, b"123456789": 566, b"\x00 ": 742}
+    partitions = list(range(1000))
+    assert {key: kafka_producer.key_partitioner(key, partitions, partitions)
+            for key in java} == java
+
+
+def test_key_partitioner_spreads_keyless_messages_over_available_partitions() -> None:
+    picked = {kafka_producer.key_partitioner(None, [0, 1, 2, 3], [1, 3]) for _ in range(200)}
+    assert picked == {1, 3}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from actors.finalize_store import event_id
-from actors.outbox_rows import Malformed, Row, next_wave, parse_row
+from actors.outbox_rows import CLAIMED, Malformed, Row, next_wave, parse_claimed, parse_row
 
 
 def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -108,3 +108,23 @@ def test_a_held_key_stays_held_for_rows_claimed_later() -> None:
     held.add(("t", "b"))  # row 6 failed: row 7, kept for a later wave, stays behind
     wave, rest = next_wave(rest + rows((8, "b"), (9, "c")), held, 0.0, lambda _id: 0.0)
     assert [r.id for r in wave] == [9] and rest == []
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"headers": {"source": "messenger"}},
+    {"headers": {"event-type": "Own", "event-id": "e-1", "content-type": "text/plain"}},
+    {"headers": {"b": "2", "a": "1", "event-id": "kept"}},
+    {"headers": None},
+    {"headers": [1, 2]},
+    {"headers": {"a": "1", "b": 5}},
+    {"headers": {"a": None}},
+    {"payload": "[]", "payload_type": "array"},
+], ids=["no-headers", "some", "all-spec-headers", "order", "json-null", "array",
+        "number-value", "null-value", "array-payload"])
+def test_the_claim_fast_path_builds_exactly_what_parse_row_builds(
+        overrides: dict[str, Any]) -> None:
+    """parse_claimed (the relay's path, a tuple record) and parse_row agree on every
+    record: the same message, headers in the same order, or the same malformed reason."""
+    rec = record(**overrides)
+    assert parse_claimed(tuple(rec[column] for column in CLAIMED)) == parse_row(rec)
