@@ -48,6 +48,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import datetime as dt
+import gc
 import json
 import multiprocessing
 import os
@@ -441,6 +442,7 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
     cfg = make_config(pg.dsn, kafka)
     tag = uuid.uuid4().hex[:8]
     work = Workload(args.rows, args.keys)
+    gc.freeze()  # as `safetynet run` does at start; the bench's own rows are not the relay's
     servers = {"postgres": pg.pid, "tansu": kafka.pid}
     import aiokafka
 

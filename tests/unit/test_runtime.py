@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,3 +200,32 @@ async def test_a_sighup_while_the_successor_runs_is_applied_after_it() -> None:
         code = await serve_root(SupervisorSpec("root", [ChildSpec("old", child("old"))]),
                                 60, reload)
     assert code == EXIT_OK and started == ["old", "second"]
+
+
+def test_safetynet_run_freezes_its_startup_objects_before_the_tree_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`safetynet run` hides what it imported and loaded from the garbage collector before
+    the daemon starts, so a full collection does not stall the loop walking it."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from supervision.app import daemon
+    from supervision.app.cli import main
+
+    seen: list[int] = []
+
+    async def fake_daemon(*_args: object) -> int:
+        seen.append(gc.get_freeze_count())
+        return 0
+
+    monkeypatch.setattr(daemon, "run_daemon", fake_daemon)
+    config = tmp_path / "c.toml"
+    config.write_text('[postgres]\ndsn = "host=127.0.0.1 port=9 dbname=m"\n')
+    gc.unfreeze()
+    try:
+        result = CliRunner().invoke(main, ["run", "-c", str(config)])
+    finally:
+        gc.unfreeze()
+    assert result.exit_code == 0, result.output
+    assert len(seen) == 1 and seen[0] > 10_000  # the modules, classes and functions
