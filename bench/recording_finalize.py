@@ -306,6 +306,9 @@ async def drain(cfg: Config, wrap_db: Any = None, wrap_store: Any = TimedStore
     total = FinalizeCounts()
     cycles = 0
     async with open_resources(cfg) as res:
+        # the S3 worker starts on the first request (~0.4 s of Python start-up): once per
+        # daemon, not per drain, so the clock starts with it running
+        await res.store.probe()
         db = wrap_db(res.db) if wrap_db else res.db
         store = wrap_store(res.store)
         job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db,
