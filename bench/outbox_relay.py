@@ -29,6 +29,9 @@ once:
             ``published_at`` the start of the relay's marking transaction, which begins
             right after the broker acknowledged — so it is commit-to-ack plus one thread
             crossing and a pool checkout (an upper bound). Target p99 < 50 ms.
+  ack floor aiokafka alone with the same settings, idle: the broker's ack of one send of
+            1, 25 and 200 messages (p50, p90): waves are sent one after the other, so an
+            event of a trickle waits about two of them, plus its claim and its mark.
 
 and, unless ``--profile none``, two more drains of the same rows (reported, not timed
 against anything): every database call and every wave timed on both sides of its
@@ -218,6 +221,36 @@ def aiokafka_ceiling(bootstrap: str, topic: str,
         return time.perf_counter() - t0, t2 - t1
 
     return asyncio.run(produce())
+
+
+def ack_floor(bootstrap: str, topic: str, sizes: tuple[int, ...] = (1, 25, 200),
+              repeats: int = 60) -> dict[int, tuple[float, float]]:
+    """aiokafka alone, the relay's producer settings: *repeats* sends of n messages (600
+    bytes, distinct keys) each awaited before the next; (p50, p90) ms per n. The broker's
+    ack of one wave: a trickle event waits for about two of them (the wave on the wire
+    when it is claimed, then its own), plus its claim and the mark."""
+    from aiokafka import AIOKafkaProducer
+
+    async def measure() -> dict[int, tuple[float, float]]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="bench-ack",
+                                    **PRODUCER_SETTINGS)
+        await producer.start()
+        try:
+            out = {}
+            for n in sizes:
+                times = []
+                for i in range(repeats):
+                    t = time.perf_counter()
+                    futures = [await producer.send(topic, b"x" * 600, key=f"{i}-{j}".encode())
+                               for j in range(n)]
+                    await asyncio.gather(*futures)
+                    times.append(1000 * (time.perf_counter() - t))
+                out[n] = (percentile(times, 0.5), percentile(times, 0.9))
+            return out
+        finally:
+            await producer.stop()
+
+    return asyncio.run(measure())
 
 
 # ------------------------------------------------------------------------------ relay
@@ -463,6 +496,9 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
     kafka.create_topic(topic, args.partitions)
     latencies, reached = trio.run(trickle, cfg, work, topic, min(args.trickle, args.rows),
                                   args.rate, args.writers)
+    floor_topic = f"bench.outbox-relay.{tag}.ack"
+    kafka.create_topic(floor_topic, args.partitions)
+    floor = ack_floor(kafka.bootstrap_servers, floor_topic)
 
     print(f"\n{'DRAIN':8}{'relay s':>8}{'events/s':>9}{'aiokafka s before/after':>24}"
           f"{'(sends only)':>14}{'ceiling/s':>10}{'ratio':>6}   CPU ms per event: relay |"
@@ -485,6 +521,8 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
           f" {reached:.0f}/s; daemon relay, LISTEN/NOTIFY): p50 {percentile(ms, 0.5):.1f} ms,"
           f" p90 {percentile(ms, 0.9):.1f} ms,"
           f" p99 {p99:.1f} ms, max {max(ms):.1f} ms  target p99 < 50 ms: {ok[p99 < 50]}")
+    print("broker ack of one send of n messages, aiokafka alone, idle (p50 / p90 ms): "
+          + ", ".join(f"n={n}: {p50:.1f} / {p90:.1f}" for n, (p50, p90) in floor.items()))
     if args.profile != "none":
         print("\n".join(profile(cfg, kafka, work, tag, args.partitions, base_dir)))
 
