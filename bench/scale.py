@@ -79,6 +79,13 @@ REAPER = {"batch_size": 100, "empty_room_grace": 90.0, "provision_timeout": 120.
 # every 10th): their binaries must exist too, as the positive canary HEADs Done + Available
 # recordings, and a million-row sample cannot be uploaded on this machine
 SCALE_SEED = SEED.replace("n %% 10 = 9", "n %% %(every)s = 9")
+# --spread-due: the rows fell due a millisecond apart in insertion order, as a backlog
+# builds up in production, instead of all at the same instant (claims then walk the
+# tables in physical order, not in random id order)
+SPREAD_SEED = SCALE_SEED.replace("AS aid,", "AS aid, n,").replace(
+    "'Pending', 0, now() - interval '1 second',",
+    "'Pending', 0, now() - interval '1 second' - (%(rows)s - n) * interval '1 millisecond',")
+assert SPREAD_SEED.count("millisecond") == 1 and "AS aid, n," in SPREAD_SEED
 COUNTERS = ("messenger_recording_finalize_reconciled_total",
             "messenger_recording_finalize_failed_total",
             "messenger_recording_finalize_republished_total",
@@ -88,13 +95,18 @@ COUNTERS = ("messenger_recording_finalize_reconciled_total",
 # ------------------------------------------------------------------------------ plans
 
 
-def seed(dsn: str, rows: int, every: int) -> None:
+def seed(dsn: str, rows: int, every: int, spread: bool = False) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(RESET)
-        conn.execute(SCALE_SEED, {"tag": "s", "rows": rows, "all_available": False,
-                                  "prefix": PREFIX, "every": every})
+        conn.execute(SPREAD_SEED if spread else SCALE_SEED,
+                     {"tag": "s", "rows": rows, "all_available": False, "prefix": PREFIX,
+                      "every": every})
         conn.execute("VACUUM ANALYZE messenger.call_sessions, messenger.call_recordings,"
                      " messenger.recording_finalize_attempts")
+        # the seed's ~1 GB of dirty pages written out now (PostgreSQL's, then the kernel's:
+        # fsync is off), not by the checkpointer and the kernel's write-back during the drain
+        conn.execute("CHECKPOINT")
+    os.sync()
 
 
 def finalize_queries() -> list[tuple[str, str, dict[str, Any]]]:
@@ -315,6 +327,8 @@ def main() -> None:
                         help="every Nth Uploading recording has its binary (default 500)")
     parser.add_argument("--conferences", type=int, default=100_000)
     parser.add_argument("--due", type=int, default=10_000)
+    parser.add_argument("--spread-due", action="store_true",
+                        help="rows due 1 ms apart in insertion order (default: all at once)")
     parser.add_argument("--skip", choices=("drain", "reaper"), nargs="*", default=[])
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
@@ -326,10 +340,10 @@ def main() -> None:
         s3.create_bucket(BUCKET)
         print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; rows {args.rows},"
               f" small {args.small}, drain {args.drain or args.rows}", flush=True)
-        seed(pg.dsn, args.small, args.sample_every)
+        seed(pg.dsn, args.small, args.sample_every, args.spread_due)
         small = explain(pg.dsn, finalize_queries())
         started = time.perf_counter()
-        seed(pg.dsn, args.rows, args.sample_every)
+        seed(pg.dsn, args.rows, args.sample_every, args.spread_due)
         print(f"seeded {args.rows} rows set-based (with VACUUM ANALYZE) in"
               f" {time.perf_counter() - started:.0f} s", flush=True)
         large = explain(pg.dsn, finalize_queries())
