@@ -100,6 +100,9 @@ def serve_proxy(upstream_port: int, latency: float, jitter: float) -> None:
             await nursery.start(proxy.serve)
             print(proxy.port, flush=True)
             await trio.lowlevel.wait_readable(sys.stdin.fileno())
+            late = sorted(proxy.held) or [0.0]
+            print(f"{1000 * sum(late) / len(late):.3f} {1000 * late[len(late) // 2]:.3f}"
+                  f" {1000 * late[int(0.99 * (len(late) - 1))]:.3f}", flush=True)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -115,14 +118,18 @@ class ProxyProcess:
         assert ready, "proxy did not start"
         self.port = int(self.proc.stdout.readline())
 
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
+    def stop(self) -> tuple[float, ...] | None:
+        """Stop the proxy; how late its held answers went out (ms: mean, p50, p99)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
         try:
+            late = tuple(float(x) for x in self.proc.stdout.readline().split()) or None
             self.proc.wait(10)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, ValueError):
             self.proc.kill()
             self.proc.wait()
+            return None
+        return late
 
 
 # ------------------------------------------------------------------------------ baselines
@@ -300,9 +307,9 @@ def run_setting(base: Config, s3: S3Server, servers: dict[str, int | None], conc
             print(f"  s3.concurrency {concurrency}, {1000 * latency:.0f}±{1000 * jitter:.0f}"
                   f" ms: round done, load {d['load']:.2f}", file=sys.stderr)
     finally:
-        proxy.stop()
+        late = proxy.stop()
     return {"concurrency": concurrency, "latency": latency, "jitter": jitter, "rows": rows,
-            "heads": len(heads), "nominal": nominal, "rounds": results}
+            "heads": len(heads), "nominal": nominal, "rounds": results, "late": late}
 
 
 def report(s: dict[str, Any]) -> list[str]:
@@ -325,6 +332,9 @@ def report(s: dict[str, Any]) -> list[str]:
     lines.append("  CPU ms per row in the drain: " + "; ".join(
         r["cpu"].per_item(s["rows"], ("python", "children", "postgres", "weed", "proxy"))
         .replace("children", "s3-worker") for r in rs))
+    if s["late"]:
+        lines.append("  the proxy's held answers went out late by (ms, every request of the"
+                     " setting): mean {:.2f}, p50 {:.2f}, p99 {:.2f}".format(*s["late"]))
     ratio = [r["ratio"] for r in rs]
     lines.append(f"  drain / limit {spread(ratio, '{:.2f}')} (target >= 0.9:"
                  f" {'ok' if statistics.median(ratio) >= 0.9 else 'MISSED'});"

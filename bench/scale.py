@@ -59,8 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import itertools
 
 from actors.conference_reaper import ReaperJob, run_reaper_cycle
+from actors.invariants import Thresholds
 from actors.lock_keeper import CycleContext
 from actors.recorder_signal import open_media_client
+from bench._measure import tree_cpu
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
 from supervision.config import config_from_dict
 from supervision.database import open_database
@@ -121,7 +123,30 @@ def finalize_queries() -> list[tuple[str, str, dict[str, Any]]]:
         ("gauge finalize_stats", QUERIES["finalize_attempts_stats"], {}),
         ("gauge slo_recordings", QUERIES["slo_recordings"], {"sla": 1800.0, "interval": 1.0}),
         ("gauge outbox_stats", QUERIES["outbox_stats"], {}),
+        *audit_queries(AUDIT_RECORDINGS),
     ]
+
+
+# the auditor actor's queries (`safetynet run` runs them every audit.interval) that read
+# recordings, finalize rows and the outbox; the conference ones are in reaper_queries()
+AUDIT_RECORDINGS = ("audit_recordings_active", "audit_recordings_terminal",
+                    "audit_finalize_attempts_open", "audit_outbox_unpublished",
+                    "audit_outbox_recent")
+AUDIT_CONFERENCES = ("audit_conferences_active", "audit_conferences_terminal")
+
+
+def audit_queries(names: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The auditor's queries with the thresholds of the drain's daemon (its SLA and
+    polling interval, the audit defaults)."""
+    cfg = config_from_dict({
+        "postgres": {"dsn": "postgresql://127.0.0.1/unused"},
+        "media": {"base_url": "http://127.0.0.1:9"},
+        "jobs": {"recording_finalize": {k: FINALIZE[k] for k in
+                                        ("finalize_sla_timeout", "polling_interval", "lock_ttl",
+                                         "max_run_duration")},
+                 "conference_reaper": {"polling_interval": "1s"}}})
+    params = Thresholds.from_config(cfg).params()
+    return [(name.replace("audit_", "audit "), QUERIES[name], params) for name in names]
 
 
 def reaper_queries() -> list[tuple[str, str, dict[str, Any]]]:
@@ -135,6 +160,7 @@ def reaper_queries() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("gauge active_backlog", QUERIES["conference_sessions_active_backlog"],
                 {k: REAPER[k] for k in ("empty_room_grace", "provision_timeout",
                                         "stale_live_timeout")}))
+    out += audit_queries(AUDIT_CONFERENCES)
     return out
 
 
@@ -162,11 +188,11 @@ def explain(dsn: str, queries: list[tuple[str, str, dict[str, Any]]]
 
 
 def plan_table(label_a: str, a: dict[str, Any], label_b: str, b: dict[str, Any]) -> list[str]:
-    lines = [f"  {'query':24}{'buffers ' + label_a:>16}{'ms':>8}{'buffers ' + label_b:>18}"
+    lines = [f"  {'query':30}{'buffers ' + label_a:>16}{'ms':>8}{'buffers ' + label_b:>18}"
              f"{'ms':>9}  table seq scan ({label_b})"]
     for name in a:
         (ba, ma, _, _), (bb, mb, seq, _) = a[name], b[name]
-        lines.append(f"  {name:24}{ba:16d}{ma:8.2f}{bb:18d}{mb:9.2f}  {'yes' if seq else 'no'}")
+        lines.append(f"  {name:30}{ba:16d}{ma:8.2f}{bb:18d}{mb:9.2f}  {'yes' if seq else 'no'}")
     return lines
 
 
@@ -212,7 +238,22 @@ class RssWatch:
         self._thread.join()
 
 
-def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]:
+def background(dsn: str) -> str:
+    """What PostgreSQL runs besides the daemon right now: autovacuum workers and their
+    tables, and the checkpoints completed so far (for ``--series``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        vacuums = [r[0].removeprefix("autovacuum: ") for r in conn.execute(
+            "SELECT query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            " AND query <> ''").fetchall()]
+        checkpoints = conn.execute(
+            "SELECT num_timed + num_requested FROM pg_stat_checkpointer").fetchone()
+        wal = conn.execute("SELECT wal_fpi, wal_bytes FROM pg_stat_wal").fetchone()
+    return (f"{checkpoints[0] if checkpoints else '?'},{wal[0] if wal else '?'},"
+            f"{wal[1] if wal else '?'},{'; '.join(vacuums)}")
+
+
+def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int,
+          series: Path | None = None) -> list[str]:
     cfg = daemon_config(pg.dsn, s3_url=s3.endpoint_url, s3=s3, bucket=BUCKET,
                         finalize=FINALIZE, reaper=False, s3_timeout="5s")
     cfg["s3"]["concurrency"] = 8
@@ -220,6 +261,9 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]
     cfg["logging"]["level"] = "warning"
     daemon = Daemon(tmp, "scale", cfg).start()
     samples: list[tuple[float, float]] = []
+    activity: list[str] = []  # --series: PostgreSQL's background work at each sample
+    trees = {"postgres": pg.pid, "weed": s3.pid, "daemon": daemon.pid}
+    cpu: list[dict[str, float]] = []  # --series: CPU seconds of each process tree
     rss: list[tuple[float, int]] = []  # (rows done, peak RSS of both processes so far)
     watch = RssWatch(daemon.pid)
     cpu0 = None
@@ -231,6 +275,12 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]
                 if cpu0 is None:
                     cpu0 = now
                 samples.append((now, done))
+                if series is not None:
+                    activity.append(background(pg.dsn))
+                    times = psutil.cpu_times()
+                    cpu.append({"all": sum(times) - times.idle - times.iowait,
+                                "iowait": times.iowait,
+                                **{name: tree_cpu(pid) for name, pid in trees.items() if pid}})
                 rss.append((done, watch.daemon + watch.worker))
                 if done >= target:
                     break
@@ -238,6 +288,13 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int) -> list[str]
     finally:
         watch.stop()
         code = daemon.terminate()
+    if series is not None:
+        names = sorted(cpu[0]) if cpu else []
+        series.write_text(",".join(["seconds", "rows_done", *(f"cpu_{n}" for n in names),
+                                    "checkpoints", "wal_fpi", "wal_bytes", "autovacuum"]) + "\n" + "".join(
+            ",".join([f"{t - samples[0][0]:.2f}", f"{d:.0f}", *(f"{c[n]:.2f}" for n in names),
+                      a]) + "\n"
+            for (t, d), a, c in zip(samples, activity, cpu, strict=True)))
     if not samples or samples[-1][1] < target:
         return [f"daemon stopped early (exit {code}):\n{daemon.tail()}"]
 
@@ -330,6 +387,8 @@ def main() -> None:
     parser.add_argument("--spread-due", action="store_true",
                         help="rows due 1 ms apart in insertion order (default: all at once)")
     parser.add_argument("--skip", choices=("drain", "reaper"), nargs="*", default=[])
+    parser.add_argument("--series", type=Path, help="write the drain's per-second counter"
+                        " and PostgreSQL's background work (CSV) to this file")
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -358,7 +417,7 @@ def main() -> None:
                       if n % every in (0, 9)]
             trio.run(upload, s3, sample, 32)
             print(f"\nuploaded {len(sample)} binaries; draining with `safetynet run`", flush=True)
-            print("\n".join(drain(tmp, pg, s3, args.drain or args.rows)), flush=True)
+            print("\n".join(drain(tmp, pg, s3, args.drain or args.rows, args.series)), flush=True)
         if "reaper" not in args.skip:
             plans_a, line_a = reaper(pg.dsn, args.due, args.due)
             plans_b, line_b = reaper(pg.dsn, args.conferences, args.due)

@@ -209,6 +209,7 @@ class FaultProxy:
         self.rules: list[HttpRule] = []
         self.seen: list[HttpRequest] = []
         self.connections = 0
+        self.held: list[float] = []  # hold rules: seconds each answer went out past its time
         self._down = False
         self._up = trio.Event()
         self._listener: trio.SocketListener | None = None
@@ -383,6 +384,7 @@ class FaultProxy:
                 return False
             if answer_at is not None:
                 await trio.sleep_until(answer_at)
+                self.held.append(trio.current_time() - answer_at)
             (_, code, *_), headers = _parse(head)
             status = int(code)
             await self._emit(conn, head, rule)

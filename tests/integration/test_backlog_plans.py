@@ -1,4 +1,4 @@
-"""The claim and gauge queries at a backlog: no plan reads a messenger table whole.
+"""The claim, gauge and auditor queries at a backlog: no plan reads a messenger table whole.
 
 At a million due rows a sequential scan of call_recordings is seconds per gauge refresh
 and hundreds of milliseconds per claim (docs/benchmarks.md, "A million-row backlog").
@@ -9,11 +9,13 @@ scan against the index paths; EXPLAIN without ANALYZE keeps the test cheap.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import psycopg
 import pytest
 
+from actors.invariants import Thresholds
 from supervision.queries import QUERIES
 
 ROWS = 20_000
@@ -78,7 +80,16 @@ def queries() -> list[tuple[str, str, dict[str, Any]]]:
                           ("stale_live", 14400.0)):
         out.append((f"reaper {phase} claim", f"conference_sessions_claim_{phase}",
                     {"as_of": claim["as_of"], "window": window, "batch_size": 100}))
+    audit = Thresholds().params()
+    out += [(name, name, audit) for name in AUDIT_ACTIVE]
     return out
+
+
+# the auditor actor's scans of rows that are not terminal yet: every recording and room of
+# a backlog is one (terminal transitions and outbox rows are read within a time window)
+AUDIT_ACTIVE = ("audit_recordings_active", "audit_conferences_active")
+SCANNED = {"audit_recordings_active": "call_recordings",
+           "audit_conferences_active": "conference_sessions"}
 
 
 @pytest.fixture
@@ -104,3 +115,29 @@ def test_claims_and_gauges_read_no_messenger_table_whole_at_a_backlog(backlog: s
             offenders += [f"{label}: {line.strip()}" for line in plan.splitlines()
                           if "Seq Scan" in line and any(f" {t} " in line for t in TABLES)]
     assert offenders == [], "\n".join(offenders)
+
+
+def test_the_auditor_stops_at_its_limit_at_a_backlog_past_the_slo(backlog: str) -> None:
+    """Every one of the 20,000 recordings is past the SLO and 2,000 rooms are past a
+    reaper window: with a limit of 10, each of the auditor's scans of not-yet-terminal
+    rows finds its 10 violations in a few hundred buffers, reading recordings and rooms
+    only through the indexes of the not-yet-terminal ones. Ordered by id, they walked the
+    primary keys (every recording and room, terminal history included) or, at a million
+    rows, probed and sorted every active recording: 12 s (docs/benchmarks.md)."""
+    params = Thresholds(limit=10).params()
+    read, through = {}, set()
+    with psycopg.connect(backlog) as conn:
+        for name in AUDIT_ACTIVE:
+            plan = "\n".join(r[0] for r in conn.execute(
+                b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES[name].encode(), params).fetchall())
+            assert conn.execute(QUERIES[name], params).rowcount == 10, plan
+            read[name] = max(sum(int(n) for n in re.findall(r"shared (?:hit|read)=(\d+)", line))
+                             for line in plan.splitlines() if "Buffers:" in line)
+            table = SCANNED[name]  # (the recordings' lateral probes of rooms are by key)
+            through |= {(index, table) for index in re.findall(
+                rf"Scan(?: Backward)? using (\w+) on {table} ", plan)}
+    assert all(buffers < 500 for buffers in read.values()), read
+    assert through == {("ix_recording_active", "call_recordings"),
+                       ("ix_conf_provisioning", "conference_sessions"),
+                       ("ix_conf_empty_room", "conference_sessions"),
+                       ("ix_conf_active", "conference_sessions")}, through

@@ -113,6 +113,11 @@ LIMIT %(limit)s;
 -- Non-terminal recordings (ix_recording_active) whose session ended more than the SLA
 -- (+ slack) ago and whose finalize row is not quarantined: past the SLO.
 -- Lateral joins: primary-key probes per active row, never a hash of a whole table.
+-- Walked in the index's own order, so the walk stops at the %(limit)s-th violation: after
+-- an outage a million recordings past the SLO cost %(limit)s rows' probes. (Ordered by id,
+-- every active recording was probed and sorted: 12 s of a core at a million, every
+-- audit.interval; docs/benchmarks.md.) Beyond the violations it reads only recordings
+-- not yet past the SLO: live and recently ended calls, traffic rather than backlog.
 SELECT r.id::text AS id, r.status, coalesce(a.status, 'none') AS finalize_status,
        floor(extract(epoch FROM now() - e.ended_at))::bigint AS ended_seconds_ago
 FROM messenger.call_recordings r
@@ -131,22 +136,38 @@ CROSS JOIN LATERAL (
 WHERE r.status IN ('Pending', 'Recording', 'Uploading')
   AND coalesce(a.status, '') <> 'Quarantined'
   AND e.ended_at < now() - (%(sla)s + %(slack)s) * interval '1 second'
-ORDER BY r.id
+ORDER BY r.session_kind, r.session_id
 LIMIT %(limit)s;
 
 -- name: audit_conferences_active --
--- Provisioning/Active conferences (ix_conf_active) due for a reaper phase more than
--- slack ago: past the reaper's window.
-SELECT c.id::text AS id, c.status
-FROM messenger.conference_sessions c
-WHERE c.status IN ('Provisioning', 'Active')
-  AND ((c.status = 'Provisioning' AND c.created_at
-          < now() - (%(provision_timeout)s + %(slack)s) * interval '1 second')
-       OR (c.status = 'Active' AND c.active_participant_count = 0 AND c.last_activity_at
-          < now() - (%(empty_room_grace)s + %(slack)s) * interval '1 second')
-       OR (c.status = 'Active' AND c.last_activity_at
-          < now() - (%(stale_live_timeout)s + %(slack)s) * interval '1 second'))
-ORDER BY c.id
+-- Provisioning/Active conferences due for a reaper phase more than slack ago: past the
+-- reaper's window. One branch per phase, each walking the index its claim walks, oldest
+-- first (ix_conf_provisioning, ix_conf_empty_room, ix_conf_active), and stopping at
+-- %(limit)s rows: the read is bounded by the limit, not by the live rooms (one scan of
+-- every Active room before). A room in two phases' windows is listed once.
+SELECT due.id::text AS id, due.status
+FROM (
+    (SELECT c.id, c.status FROM messenger.conference_sessions c
+     WHERE c.status = 'Provisioning'
+       AND c.created_at < now() - (%(provision_timeout)s + %(slack)s) * interval '1 second'
+     ORDER BY c.created_at, c.id
+     LIMIT %(limit)s)
+    UNION
+    (SELECT c.id, c.status FROM messenger.conference_sessions c
+     WHERE c.status = 'Active' AND c.active_participant_count = 0
+       AND c.last_activity_at
+           < now() - (%(empty_room_grace)s + %(slack)s) * interval '1 second'
+     ORDER BY c.last_activity_at, c.id
+     LIMIT %(limit)s)
+    UNION
+    (SELECT c.id, c.status FROM messenger.conference_sessions c
+     WHERE c.status = 'Active'
+       AND c.last_activity_at
+           < now() - (%(stale_live_timeout)s + %(slack)s) * interval '1 second'
+     ORDER BY c.last_activity_at
+     LIMIT %(limit)s)
+) due
+ORDER BY due.id
 LIMIT %(limit)s;
 
 -- name: audit_finalize_attempts_open --
