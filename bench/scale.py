@@ -6,21 +6,26 @@ A benchmark (not a test); it prints figures and asserts no timing.
    1,000,000) due finalize rows are seeded set-based (``bench/recording_finalize.py``'s
    rows: an ended 1:1 call, its recording, a Pending finalize row due now; every 10th
    recording Available-unpublished, the rest Uploading). At each size every claim and
-   gauge query of recording-finalize runs under ``EXPLAIN (ANALYZE, BUFFERS)`` (writes
-   rolled back): a table of buffers and time per query at both sizes, and the full plans
-   at the large size.
+   gauge query of recording-finalize, and the auditor actor's queries of recordings,
+   finalize rows and the outbox (with the drain daemon's thresholds), run under
+   ``EXPLAIN (ANALYZE, BUFFERS)`` (writes rolled back): a table of buffers and time per
+   query at both sizes, and the full plans at the large size.
 2. The drain. A sample of the Uploading rows (every ``--sample-every``-th) has its binary
    in SeaweedFS; the rest answer 404 and fail (Failed/Timeout; ``max_failed_per_cycle``
    10,000 so the verdict budget does not pace the drain). ``safetynet run`` (a subprocess
    daemon, relay and reaper off) drains ``--drain`` rows (default: all); its /metrics
    counters are read every second, and the RSS of the daemon and its S3 worker sampled
    (psutil). Printed: the rows/s over the first and the last tenth of the drain and
-   their ratio, the peak RSS of each process.
+   their ratio, the peak RSS of each process. ``--series FILE`` also writes every
+   second's counter with the CPU of each process tree (daemon, PostgreSQL, weed, the
+   machine), PostgreSQL's WAL and checkpoints and the autovacuum workers (CSV): what a
+   slow stretch of the drain was competing with.
 3. The reaper at ``--conferences`` active conferences (default 100,000) of which
    ``--due`` (default 10,000, a third per phase) are due, against ``--due`` active of
    which all are due: its claim and gauge queries under EXPLAIN at both, and the cycles
    (``run_reaper_cycle`` in-process until nothing is due, each followed by its backlog
-   gauge refresh): ms per reaped conference. The due rooms' timestamps are a millisecond
+   gauge refresh): ms per reaped conference, and the auditor's conference queries. The
+   due rooms' timestamps are a millisecond
    apart, as in production (ties would make a claim read every tied row).
 
 The "table seq scan" column flags a Seq Scan of a messenger table anywhere in the plan
@@ -290,8 +295,9 @@ def drain(tmp: Path, pg: PostgresServer, s3: S3Server, target: int,
         code = daemon.terminate()
     if series is not None:
         names = sorted(cpu[0]) if cpu else []
-        series.write_text(",".join(["seconds", "rows_done", *(f"cpu_{n}" for n in names),
-                                    "checkpoints", "wal_fpi", "wal_bytes", "autovacuum"]) + "\n" + "".join(
+        head = ["seconds", "rows_done", *(f"cpu_{n}" for n in names), "checkpoints",
+                "wal_fpi", "wal_bytes", "autovacuum"]
+        series.write_text(",".join(head) + "\n" + "".join(
             ",".join([f"{t - samples[0][0]:.2f}", f"{d:.0f}", *(f"{c[n]:.2f}" for n in names),
                       a]) + "\n"
             for (t, d), a, c in zip(samples, activity, cpu, strict=True)))
