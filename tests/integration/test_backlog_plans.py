@@ -9,12 +9,14 @@ scan against the index paths; EXPLAIN without ANALYZE keeps the test cheap.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from typing import Any
 
 import psycopg
 import pytest
 
+from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
 from actors.invariants import Thresholds
 from supervision.queries import QUERIES
 
@@ -141,3 +143,37 @@ def test_the_auditor_stops_at_its_limit_at_a_backlog_past_the_slo(backlog: str) 
                        ("ix_conf_provisioning", "conference_sessions"),
                        ("ix_conf_empty_room", "conference_sessions"),
                        ("ix_conf_active", "conference_sessions")}, through
+
+
+def test_an_available_recording_is_read_by_its_key_when_statistics_predate_a_drain(
+        backlog: str) -> None:
+    """The statistics were taken with 0.2% of the recordings terminal; then 15,000 became
+    Failed (a drain, before autoanalyze). Publishing one Available recording reads it by
+    its key: joined, the planner trusted the statistics and walked every terminal
+    recording through ix_recording_terminal_updated in each statement (0.3 s per
+    statement at 170,000, docs/benchmarks.md)."""
+    with psycopg.connect(backlog) as conn:
+        conn.execute("ALTER TABLE messenger.call_recordings SET (autovacuum_enabled = off)")
+        conn.execute("UPDATE messenger.call_recordings SET status = 'Failed',"
+                      " failure_reason = 'Timeout', updated_at = now() WHERE id IN"
+                      " (SELECT id FROM messenger.call_recordings WHERE status = 'Uploading'"
+                      " LIMIT 15000)")
+        conn.commit()
+        attempt, recording = conn.execute(
+            "SELECT a.id, a.recording_id FROM messenger.recording_finalize_attempts a JOIN"
+            " messenger.call_recordings r ON r.id = a.recording_id"
+            " WHERE r.status = 'Available' LIMIT 1").fetchone()  # type: ignore[misc]
+        rows = [{"attempt_id": str(attempt), "recording_id": str(recording),
+                 "transition": False, "old_attempts": 0, "headers": {"event-id": "x"}}]
+        plan = "\n".join(r[0] for r in conn.execute(
+            b"EXPLAIN (ANALYZE, BUFFERS) "
+            + QUERIES["finalize_attempts_publish_available"].encode(),
+            {"topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps(rows)}).fetchall())
+        enqueued = conn.execute("SELECT count(*) FROM messenger.integration_outbox WHERE"
+                                " dedupe_key = %s", (str(recording),)).fetchone()
+        conn.rollback()
+    assert enqueued == (1,)  # the statement did publish it
+    assert "ix_recording_terminal_updated" not in plan, plan
+    buffers = max(sum(int(n) for n in re.findall(r"shared (?:hit|read)=(\d+)", line))
+                  for line in plan.splitlines() if "Buffers:" in line)
+    assert buffers < 300, plan

@@ -287,7 +287,10 @@ FOR UPDATE;
 -- (one parameter: no per-element array dumping in the daemon).
 --   upd: where transition is set, Pending/Recording/Uploading -> Available adopting the
 --        object's metadata (the status guard makes a second transition a no-op);
---   src: each recording as it now is, if Available (just now, or already);
+--   src: each recording as it now is, if Available (just now, or already), read by its
+--        key: joined instead, a planner whose statistics predate a drain's new terminal
+--        recordings walked ix_recording_terminal_updated, every terminal recording per
+--        statement (0.3 s at 170,000, growing until autoanalyze; docs/benchmarks.md);
 --   ob:  its call-recording-available outbox row, unless one exists (idempotent by
 --        RecordingId through ux_outbox_dedupe);
 --   rt:  realtime RecordingAvailable, only for rows whose event this statement enqueued;
@@ -325,8 +328,11 @@ upd AS (
 src AS (
     SELECT * FROM upd
     UNION ALL
-    SELECT r.* FROM messenger.call_recordings r
-    JOIN input i ON i.recording_id = r.id
+    SELECT r.* FROM input i
+    CROSS JOIN LATERAL (
+        SELECT * FROM messenger.call_recordings c WHERE c.id = i.recording_id
+        LIMIT 1  -- a key probe per input row, whatever the statistics say (see below)
+    ) r
     WHERE r.status = 'Available' AND r.id IN (SELECT id FROM locked)
       AND r.id NOT IN (SELECT id FROM upd)
 ),
