@@ -32,7 +32,10 @@ canaries), after its last answer (last commits, gauges, the empty cycle that end
 drain), and between them the time with fewer than ``s3.concurrency`` HEADs outstanding
 from the reconciler pool (the S3 worker then has idle connections), split by whether the
 claimer was inside its claim transaction; the committers' busy share; the HEAD latency
-seen by the reconcilers (worker queue + wire).
+seen by the reconcilers (worker queue + wire). Per setting, the proxy reports how late
+its held answers went out (mean, p50, p99 over every request of the setting): the store
+it emulates answers in ``latency`` plus that, so a late proxy (a saturated machine)
+lowers the reachable rate below the nominal limit for every client alike.
 
 Rows per drain: enough for ``--seconds`` at the limit (at least 2,000). It starts its own
 PostgreSQL and SeaweedFS (``supervision.dev.stack``, in a temp dir) and always stops them.
