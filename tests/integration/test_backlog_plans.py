@@ -177,3 +177,48 @@ def test_an_available_recording_is_read_by_its_key_when_statistics_predate_a_dra
     buffers = max(sum(int(n) for n in re.findall(r"shared (?:hit|read)=(\d+)", line))
                   for line in plan.splitlines() if "Buffers:" in line)
     assert buffers < 300, plan
+
+
+def test_group_commits_reach_rows_by_key_when_statistics_say_nothing_is_due(
+        backlog: str) -> None:
+    """Statistics taken at a quiet time (no recording active, no finalize row Pending),
+    then 20,000 of each (an outage's backlog, before autoanalyze): a group of 50 Failed
+    verdicts and a group of 50 Available outcomes each reach their rows by key. With
+    plain status guards the planner believed the partial indexes on status empty and
+    scanned them whole in every statement: the backlog read once per group."""
+    with psycopg.connect(backlog) as conn:
+        for table in ("call_recordings", "recording_finalize_attempts"):
+            conn.execute(f"ALTER TABLE messenger.{table} SET (autovacuum_enabled = off)")
+        conn.execute("UPDATE messenger.call_recordings SET status = 'Failed',"
+                     " failure_reason = 'Timeout' WHERE status = 'Uploading'")
+        conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Done'")
+        conn.commit()
+        conn.execute("ANALYZE messenger.call_recordings, messenger.recording_finalize_attempts")
+        conn.execute("UPDATE messenger.call_recordings SET status = 'Uploading',"
+                     " failure_reason = NULL WHERE status = 'Failed'")
+        conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Pending'")
+        conn.commit()
+        rows = conn.execute(
+            "SELECT a.id, a.recording_id FROM messenger.recording_finalize_attempts a JOIN"
+            " messenger.call_recordings r ON r.id = a.recording_id"
+            " WHERE r.status = 'Uploading' LIMIT 50").fetchall()
+        groups = {
+            "finalize_attempts_fail_timeout": {
+                "attempt_ids": [r[0] for r in rows], "recording_ids": [r[1] for r in rows],
+                "old_attempts": [0] * len(rows)},
+            "finalize_attempts_publish_available": {
+                "topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps([
+                    {"attempt_id": str(a), "recording_id": str(r), "transition": True,
+                     "file_id": f"f/{r}", "size_bytes": 1, "duration_seconds": 1,
+                     "format": "ogg", "old_attempts": 0, "headers": {}} for a, r in rows])},
+        }
+        for name, params in groups.items():
+            plan = "\n".join(r[0] for r in conn.execute(
+                b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES[name].encode(), params).fetchall())
+            done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
+                                " WHERE status = 'Done'").fetchone()
+            conn.rollback()
+            assert done == (50,), plan  # the group was applied
+            scans = set(re.findall(r"Scan using (ix_\w+) on", plan))
+            assert not scans & {"ix_recording_active", "ix_rfa_pending_created",
+                                "ix_rfa_due"}, plan
