@@ -16,8 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
+from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_headers
 from actors.invariants import Thresholds
+from actors.reaper_messages import EMPTY_ROOM, SOURCE, TOPIC_CONFERENCE_ENDED
 from supervision.queries import QUERIES
 
 ROWS = 20_000
@@ -222,3 +223,29 @@ def test_group_commits_reach_rows_by_key_when_statistics_say_nothing_is_due(
             scans = set(re.findall(r"Scan using (ix_\w+) on", plan))
             assert not scans & {"ix_recording_active", "ix_rfa_pending_created",
                                 "ix_rfa_due"}, plan
+
+
+def test_reaping_a_batch_reads_only_its_conferences_recordings(backlog: str) -> None:
+    """20,000 recordings of calls and a batch of 100 rooms to end: the reap statement
+    finds the rooms' recordings (terminal ones too) through ix_recording_session, never by
+    reading call_recordings whole, a cost that grew with every recording ever made."""
+    phase = EMPTY_ROOM
+    with psycopg.connect(backlog) as conn:
+        ids = [str(r[0]) for r in conn.execute(
+            "SELECT id FROM messenger.conference_sessions WHERE status = 'Active'"
+            " AND active_participant_count = 0 LIMIT 100").fetchall()]
+        params = {"ids": ids, "as_of": dt.datetime.now(dt.UTC),
+                  "headers": [event_headers(TOPIC_CONFERENCE_ENDED, cid, "ConferenceEnded",
+                                            "run", SOURCE) for cid in ids],
+                  "from_status": phase.from_status, "to_status": phase.to_status,
+                  "end_reason": phase.end_reason, "emit_event": phase.emits_event,
+                  "topic": TOPIC_CONFERENCE_ENDED, "realtime_kind": phase.realtime_kind}
+        plan = "\n".join(r[0] for r in conn.execute(
+            b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES["conference_sessions_reap"].encode(),
+            params).fetchall())
+        ended = conn.execute("SELECT count(*) FROM messenger.conference_sessions"
+                             " WHERE status = 'Ended'").fetchone()
+        conn.rollback()
+    assert ended == (len(ids),), plan  # the batch was reaped
+    assert "Seq Scan on call_recordings" not in plan, plan
+    assert "ix_recording_session on call_recordings" in plan, plan

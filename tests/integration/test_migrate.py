@@ -126,6 +126,8 @@ EXPECTED_INDEXES = {
                            "(active_participant_count = 0))"),
     "ix_conf_provisioning": ("conference_sessions", False, ["created_at", "id"],
                              "((status)::text = 'Provisioning'::text)"),
+    # the reaper's recordings of a batch (migration 0010), terminal ones included
+    "ix_recording_session": ("call_recordings", False, ["session_kind", "session_id"], None),
 }
 
 PRIMARY_KEYS = {

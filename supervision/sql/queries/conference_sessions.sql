@@ -99,9 +99,9 @@ ORDER BY cl.sort_key, cl.id;
 -- fallback), in one statement. %(ids)s and %(headers)s are parallel arrays (the event
 -- headers carry a per-conference event id computed by the caller).
 --   recs:   per conference, its latest non-Failed recording (WasRecorded, RecordingId) and
---           the recordings still running (stop signals after commit), in one pass over
---           call_recordings for the whole batch (ix_recording_active covers only running
---           recordings, so a per-row lookup would scan the table once per conference);
+--           the recordings still running (stop signals after commit), read through
+--           ix_recording_session (migration 0010: every recording of the batch's
+--           conferences, terminal ones included; before it, a scan of call_recordings);
 --   judged: the guard: the row must still be in %(from_status)s; a conference that is
 --           to be Ended must not have started after AsOf (its duration would be
 --           negative): such a row is rejected (poison), left untouched for the runbook;
