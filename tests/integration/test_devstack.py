@@ -142,6 +142,26 @@ def test_restart_keeps_ports_and_data_and_serves_again(tmp_path: Path) -> None:
     assert (stack.postgres.pid, stack.kafka.pid, stack.s3.pid) == (None, None, None)
 
 
+def test_s3_starts_on_fresh_ports_when_one_it_picked_was_taken_meanwhile(
+        tmp_path: Path) -> None:
+    """Another process binds the filer's port between the pick and weed's start (the
+    kernel hands the same range to outgoing connections): weed refuses to start, and the
+    server starts again on freshly picked ports, keeping the S3 port its callers know."""
+    s3 = S3Server(tmp_path)
+    s3_port, filer_port = s3.ports["s3.port"], s3.ports["filer.port"]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", filer_port))
+        squatter.listen()
+        try:
+            s3.start()
+            assert s3.ports["s3.port"] == s3_port
+            assert s3.ports["filer.port"] != filer_port
+            s3.create_bucket("fresh")
+            assert "Port allocation failed" in (tmp_path / "s3.log").read_text()
+        finally:
+            s3.stop()
+
+
 def test_start_failure_raises_devstack_error_with_log_tail_and_stops_the_others(
     tmp_path: Path,
 ) -> None:
