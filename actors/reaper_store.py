@@ -116,15 +116,20 @@ def poisoned_count(conn: psycopg.Connection) -> int:
 
 def _reap(conn: psycopg.Connection, phase: Phase, as_of: dt.datetime, job_run_id: str,
           ids: list[str]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(QUERIES["conference_sessions_reap"],
+                           reap_params(phase, as_of, job_run_id, ids)).fetchall()
+
+
+def reap_params(phase: Phase, as_of: dt.datetime, job_run_id: str,
+                ids: list[str]) -> dict[str, Any]:
+    """``conference_sessions_reap``'s parameters for *ids* in *phase*."""
     headers = [event_headers(TOPIC_CONFERENCE_ENDED, cid, "ConferenceEnded", job_run_id,
                              SOURCE) for cid in ids]
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(QUERIES["conference_sessions_reap"], {
-            "ids": ids, "headers": headers, "as_of": as_of,
+    return {"ids": ids, "headers": headers, "as_of": as_of,
             "from_status": phase.from_status, "to_status": phase.to_status,
             "end_reason": phase.end_reason, "emit_event": phase.emits_event,
-            "topic": TOPIC_CONFERENCE_ENDED, "realtime_kind": phase.realtime_kind,
-        }).fetchall()
+            "topic": TOPIC_CONFERENCE_ENDED, "realtime_kind": phase.realtime_kind}
 
 
 def _text(value: object) -> str | None:

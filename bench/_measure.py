@@ -307,3 +307,9 @@ def spread(values: Sequence[float], fmt: str = "{:.0f}") -> str:
     med = statistics.median(values)
     return (f"median {fmt.format(med)} (min {fmt.format(min(values))},"
             f" max {fmt.format(max(values))})")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The value at quantile *q* (nearest rank) of *values*."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]

@@ -67,7 +67,7 @@ from actors.s3.process import open_object_store
 from actors.s3.wire import decode_settings, encode_settings
 from actors.s3.worker import CurlPool
 from actors.s3_reconciler import pool_size
-from bench._measure import CpuMeter, TimedDatabase, spread
+from bench._measure import CpuMeter, TimedDatabase, percentile, spread
 from bench.recording_finalize import (
     BUCKET,
     COMMIT_FNS,
@@ -103,9 +103,9 @@ def serve_proxy(upstream_port: int, latency: float, jitter: float) -> None:
             await nursery.start(proxy.serve)
             print(proxy.port, flush=True)
             await trio.lowlevel.wait_readable(sys.stdin.fileno())
-            late = sorted(proxy.held) or [0.0]
-            print(f"{1000 * sum(late) / len(late):.3f} {1000 * late[len(late) // 2]:.3f}"
-                  f" {1000 * late[int(0.99 * (len(late) - 1))]:.3f}", flush=True)
+            late = proxy.held or [0.0]
+            print(f"{1000 * statistics.fmean(late):.3f} {1000 * percentile(late, 0.5):.3f}"
+                  f" {1000 * percentile(late, 0.99):.3f}", flush=True)
             nursery.cancel_scope.cancel()
 
     trio.run(main)

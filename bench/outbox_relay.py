@@ -80,6 +80,7 @@ from actors.outbox_relay import RelayJob, run_relay_cycle
 from bench._measure import (
     CpuMeter,
     TimedDatabase,
+    percentile,
     py_spy,
     py_spy_available,
     py_spy_report,
@@ -459,11 +460,6 @@ def _listening(dsn: str) -> bool:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name ="
                            " 'safetynet-listen' AND query ILIKE 'LISTEN%%'").fetchone()
     return bool(row and row[0])
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 # ------------------------------------------------------------------------------ main

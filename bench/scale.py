@@ -25,8 +25,8 @@ A benchmark (not a test); it prints figures and asserts no timing.
    which all are due: its claim and gauge queries under EXPLAIN at both, and the cycles
    (``run_reaper_cycle`` in-process until nothing is due, each followed by its backlog
    gauge refresh): ms per reaped conference, and the auditor's conference queries. The
-   due rooms' timestamps are a millisecond
-   apart, as in production (ties would make a claim read every tied row).
+   due rooms' timestamps are a millisecond apart, as in production (ties would make a
+   claim read every tied row).
 
 The "table seq scan" column flags a Seq Scan of a messenger table anywhere in the plan
 (the catalog reads of the backlog estimate are not counted). What to expect since
@@ -244,8 +244,9 @@ class RssWatch:
 
 
 def background(dsn: str) -> str:
-    """What PostgreSQL runs besides the daemon right now: autovacuum workers and their
-    tables, and the checkpoints completed so far (for ``--series``)."""
+    """What PostgreSQL does besides the daemon's statements, as ``--series`` columns:
+    checkpoints completed, WAL full-page images and bytes so far, the autovacuum workers'
+    tables right now."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         vacuums = [r[0].removeprefix("autovacuum: ") for r in conn.execute(
             "SELECT query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"

@@ -16,9 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_headers
+from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
 from actors.invariants import Thresholds
-from actors.reaper_messages import EMPTY_ROOM, SOURCE, TOPIC_CONFERENCE_ENDED
+from actors.reaper_messages import EMPTY_ROOM
+from actors.reaper_store import reap_params
 from supervision.queries import QUERIES
 
 ROWS = 20_000
@@ -88,6 +89,19 @@ def queries() -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
+def analyze(conn: psycopg.Connection, name: str, params: dict[str, Any]) -> str:
+    """The named query's plan as run (EXPLAIN ANALYZE, BUFFERS); its writes stay in the
+    open transaction for the caller to look at and roll back."""
+    return "\n".join(r[0] for r in conn.execute(
+        b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES[name].encode(), params).fetchall())
+
+
+def buffers(plan: str) -> int:
+    """Shared buffers hit + read of the plan's largest node."""
+    return max(sum(int(n) for n in re.findall(r"shared (?:hit|read)=(\d+)", line))
+               for line in plan.splitlines() if "Buffers:" in line)
+
+
 # the auditor actor's scans of rows that are not terminal yet: every recording and room of
 # a backlog is one (terminal transitions and outbox rows are read within a time window)
 AUDIT_ACTIVE = ("audit_recordings_active", "audit_conferences_active")
@@ -131,15 +145,13 @@ def test_the_auditor_stops_at_its_limit_at_a_backlog_past_the_slo(backlog: str) 
     read, through = {}, set()
     with psycopg.connect(backlog) as conn:
         for name in AUDIT_ACTIVE:
-            plan = "\n".join(r[0] for r in conn.execute(
-                b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES[name].encode(), params).fetchall())
+            plan = analyze(conn, name, params)
             assert conn.execute(QUERIES[name], params).rowcount == 10, plan
-            read[name] = max(sum(int(n) for n in re.findall(r"shared (?:hit|read)=(\d+)", line))
-                             for line in plan.splitlines() if "Buffers:" in line)
+            read[name] = buffers(plan)
             table = SCANNED[name]  # (the recordings' lateral probes of rooms are by key)
             through |= {(index, table) for index in re.findall(
                 rf"Scan(?: Backward)? using (\w+) on {table} ", plan)}
-    assert all(buffers < 500 for buffers in read.values()), read
+    assert all(n < 500 for n in read.values()), read
     assert through == {("ix_recording_active", "call_recordings"),
                        ("ix_conf_provisioning", "conference_sessions"),
                        ("ix_conf_empty_room", "conference_sessions"),
@@ -166,18 +178,14 @@ def test_an_available_recording_is_read_by_its_key_when_statistics_predate_a_dra
             " WHERE r.status = 'Available' LIMIT 1").fetchone()  # type: ignore[misc]
         rows = [{"attempt_id": str(attempt), "recording_id": str(recording),
                  "transition": False, "old_attempts": 0, "headers": {"event-id": "x"}}]
-        plan = "\n".join(r[0] for r in conn.execute(
-            b"EXPLAIN (ANALYZE, BUFFERS) "
-            + QUERIES["finalize_attempts_publish_available"].encode(),
-            {"topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps(rows)}).fetchall())
+        plan = analyze(conn, "finalize_attempts_publish_available",
+                       {"topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps(rows)})
         enqueued = conn.execute("SELECT count(*) FROM messenger.integration_outbox WHERE"
                                 " dedupe_key = %s", (str(recording),)).fetchone()
         conn.rollback()
     assert enqueued == (1,)  # the statement did publish it
     assert "ix_recording_terminal_updated" not in plan, plan
-    buffers = max(sum(int(n) for n in re.findall(r"shared (?:hit|read)=(\d+)", line))
-                  for line in plan.splitlines() if "Buffers:" in line)
-    assert buffers < 300, plan
+    assert buffers(plan) < 300, plan
 
 
 def test_group_commits_reach_rows_by_key_when_statistics_say_nothing_is_due(
@@ -214,8 +222,7 @@ def test_group_commits_reach_rows_by_key_when_statistics_say_nothing_is_due(
                      "format": "ogg", "old_attempts": 0, "headers": {}} for a, r in rows])},
         }
         for name, params in groups.items():
-            plan = "\n".join(r[0] for r in conn.execute(
-                b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES[name].encode(), params).fetchall())
+            plan = analyze(conn, name, params)
             done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
                                 " WHERE status = 'Done'").fetchone()
             conn.rollback()
@@ -229,20 +236,12 @@ def test_reaping_a_batch_reads_only_its_conferences_recordings(backlog: str) -> 
     """20,000 recordings of calls and a batch of 100 rooms to end: the reap statement
     finds the rooms' recordings (terminal ones too) through ix_recording_session, never by
     reading call_recordings whole, a cost that grew with every recording ever made."""
-    phase = EMPTY_ROOM
     with psycopg.connect(backlog) as conn:
         ids = [str(r[0]) for r in conn.execute(
             "SELECT id FROM messenger.conference_sessions WHERE status = 'Active'"
             " AND active_participant_count = 0 LIMIT 100").fetchall()]
-        params = {"ids": ids, "as_of": dt.datetime.now(dt.UTC),
-                  "headers": [event_headers(TOPIC_CONFERENCE_ENDED, cid, "ConferenceEnded",
-                                            "run", SOURCE) for cid in ids],
-                  "from_status": phase.from_status, "to_status": phase.to_status,
-                  "end_reason": phase.end_reason, "emit_event": phase.emits_event,
-                  "topic": TOPIC_CONFERENCE_ENDED, "realtime_kind": phase.realtime_kind}
-        plan = "\n".join(r[0] for r in conn.execute(
-            b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES["conference_sessions_reap"].encode(),
-            params).fetchall())
+        plan = analyze(conn, "conference_sessions_reap",
+                       reap_params(EMPTY_ROOM, dt.datetime.now(dt.UTC), "run", ids))
         ended = conn.execute("SELECT count(*) FROM messenger.conference_sessions"
                              " WHERE status = 'Ended'").fetchone()
         conn.rollback()
