@@ -10,7 +10,10 @@ order). A wave's messages are packed into record batches, one per partition (aio
 ``create_batch``/``send_batch``; the partition is the one aiokafka's default partitioner
 picks, :func:`key_partitioner`), so the whole wave is on the wire at once and each batch
 has one acknowledgement to await, not one per message. A message larger than
-``max_request_size`` is rejected before any batch, as ``send()`` would.
+``max_request_size`` is rejected before any batch, as ``send()`` would. A broker whose
+own limit is lower (``message.max.bytes``) may refuse a whole batch as too large
+(``MessageSizeTooLarge``, ``RecordListTooLarge``): its messages are then sent again one per
+batch, so only a message too large on its own is rejected, not its batch-mates.
 
 Security (TLS, SASL) comes from ``[kafka]`` through :mod:`actors.kafka_security`; a
 broker that refuses the connection makes :meth:`KafkaProducer.start` raise
@@ -45,6 +48,7 @@ from aiokafka.errors import (
     KafkaError,
     LeaderNotAvailableError,
     MessageSizeTooLargeError,
+    RecordListTooLargeError,
 )
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from aiokafka.protocol.metadata import MetadataRequest
@@ -55,7 +59,10 @@ from supervision.bridge import run_asyncio
 from supervision.config import KafkaConfig
 from supervision.errors import ConfigurationFault
 
-REJECTED = (MessageSizeTooLargeError, InvalidTopicError)
+REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidTopicError)
+# a batch the broker refuses whole for its size: its messages are sent again one by one,
+# and only one that is too large on its own is rejected (dead-lettered)
+TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 estimate_size_in_bytes = DefaultRecordBatchBuilder.estimate_size_in_bytes
 
 
@@ -223,21 +230,46 @@ class KafkaProducer:
                 builder.append(timestamp=None, key=msg.key, value=msg.value, headers=headers)
                 open_batches.append((builder, []))
             open_batches[-1][1].append(msg)
-        submitted: list[tuple[asyncio.Future[object], list[OutMessage]]] = []
+        submitted: list[tuple[asyncio.Future[object], list[OutMessage], tuple[str, int]]] = []
         for (topic, partition), builders in batches.items():
             for builder, batch in builders:
                 try:
                     submitted.append((await producer.send_batch(builder, topic,
-                                                                partition=partition), batch))
+                                                                partition=partition), batch,
+                                      (topic, partition)))
                 except KafkaError as exc:  # no room in the accumulator in time, closed
                     results.extend(_failed(msg, exc) for msg in batch)
-        for future, batch in submitted:
+        for future, batch, tp in submitted:
             try:
                 await future
+            except TOO_LARGE as exc:
+                if len(batch) == 1:
+                    results.append(_failed(batch[0], exc))
+                else:  # the broker refused the batch whole: find the message to blame
+                    results.extend(await self._send_one_by_one(batch, *tp))
             except KafkaError as exc:
                 results.extend(_failed(msg, exc) for msg in batch)
             else:
                 results.extend(SendResult(msg.outbox_id, Delivery.ACKED) for msg in batch)
+        return results
+
+    async def _send_one_by_one(self, batch: list[OutMessage], topic: str,
+                               partition: int) -> list[SendResult]:
+        """Each message of a batch the broker refused as too large, in a batch of its own
+        and in order (the wave holds one message per key, so order across them is free;
+        one at a time keeps the retry's load to one message in flight)."""
+        assert self._producer is not None
+        results: list[SendResult] = []
+        for msg in batch:
+            builder = self._producer.create_batch()
+            builder.append(timestamp=None, key=msg.key, value=msg.value,
+                           headers=list(msg.headers))
+            try:
+                await (await self._producer.send_batch(builder, topic, partition=partition))
+            except KafkaError as exc:
+                results.append(_failed(msg, exc))
+            else:
+                results.append(SendResult(msg.outbox_id, Delivery.ACKED))
         return results
 
     async def _probe_topics(self, topics: set[str]) -> dict[str, tuple[Delivery, str]]:

@@ -95,14 +95,33 @@ class RelayJob:
     retention_batch: int = 1000
 
 
+MAX_ROW_BYTES = 1_048_576  # the producer's max request size: no larger row is ever sent
+
+
+@attrs.frozen
+class Claim:
+    """What one claim took: its rows in id order (up to the byte cap), and how many rows
+    it locked before the cap (more than ``len(rows)``: the cap cut it, more are waiting)."""
+
+    rows: list[Row | Malformed]
+    locked: int
+
+
 @pipelined
 def claim_batch(conn: psycopg.Connection, batch_size: int,
                 held_topics: Sequence[str] = (), after_id: int = 0,
-                skip: Sequence[int] = ()) -> list[Row | Malformed]:
+                skip: Sequence[int] = (), *, max_bytes: int = 16 * 1024 * 1024,
+                max_row_bytes: int = MAX_ROW_BYTES) -> Claim:
+    """The next rows to send: at most *batch_size*, their payloads together at most about
+    *max_bytes* (the first row always comes); a row over *max_row_bytes* comes without
+    its payload, as :class:`Malformed` (dead-lettered unread)."""
     records = conn.execute(QUERIES["outbox_claim_batch"],
                            {"batch_size": batch_size, "held_topics": list(held_topics),
-                            "after_id": after_id, "skip": list(skip)}).fetchall()
-    return [parse_claimed(rec) for rec in records]
+                            "after_id": after_id, "skip": list(skip),
+                            "max_bytes": max_bytes, "max_row_bytes": max_row_bytes}
+                           ).fetchall()
+    locked = int(records[0][-1]) if records else 0
+    return Claim([parse_claimed(rec, max_row_bytes) for rec in records], locked)
 
 
 @pipelined
@@ -185,19 +204,36 @@ def delete_published(conn: psycopg.Connection, retention: float, limit: int) -> 
                         {"retention": retention, "limit": limit}).rowcount
 
 
+def purge_dead_letters(conn: psycopg.Connection, retention: float, limit: int) -> list[int]:
+    """Delete up to *limit* dead letters older than *retention* seconds with their outbox
+    rows (not those that still block later rows of their key); the purged ids."""
+    return [int(r[0]) for r in conn.execute(QUERIES["outbox_dead_letters_purge"], {
+        "retention": retention, "limit": limit}).fetchall()]
+
+
 async def apply_retention(job: RelayJob, max_batches: int = 20) -> int:
-    """Delete published rows older than ``outbox_relay.retention``, a small batch per
-    transaction (short locks, bounded WAL), at most *max_batches* per call."""
-    deleted = 0
+    """Delete published rows older than ``outbox_relay.retention``, and dead letters older
+    than ``outbox_relay.dead_letter_retention`` with their rows, a small batch per
+    transaction (short locks, bounded WAL), at most *max_batches* of each per call."""
+    deleted = purged = 0
     for _ in range(max_batches):
         n = await job.db.atomic(delete_published, job.cfg.retention, job.retention_batch)
         deleted += n
         if n < job.retention_batch:
             break
+    for _ in range(max_batches):
+        ids = await job.db.atomic(purge_dead_letters, job.cfg.dead_letter_retention,
+                                  job.retention_batch)
+        purged += len(ids)
+        if len(ids) < job.retention_batch:
+            break
     if deleted:
         log.info("outbox_retention_deleted", rows=deleted,
                  retention_s=job.cfg.retention)
-    return deleted
+    if purged:
+        log.info("outbox_dead_letters_purged", rows=purged,
+                 retention_s=job.cfg.dead_letter_retention)
+    return deleted + purged
 
 
 async def _drain(job: RelayJob, counts: RelayCounts) -> None:
@@ -264,8 +300,10 @@ class _Drain:
             wave, self.window = next_wave(self.window, self.held, trio.current_time(),
                                           job.state.rows.due_at)
             # keep up to two claims in hand: a wave takes one row per key, so a larger
-            # window makes larger waves when keys repeat (fewer waves, crossings, marks)
-            if self.claiming is None and self.claimed and len(self.window) < 2 * batch_size:
+            # window makes larger waves when keys repeat (fewer waves, crossings, marks);
+            # in bytes too, so memory stays bounded by claim_max_bytes (issue #26)
+            if (self.claiming is None and self.claimed and len(self.window) < 2 * batch_size
+                    and _bytes(self.window) < job.cfg.claim_max_bytes):
                 self._start_claim()  # runs while this wave is on the wire
             if not wave:
                 if self.claiming is None:
@@ -289,11 +327,14 @@ class _Drain:
             # behind a backlog: after the last claimed id; caught up: from the start,
             # without the rows this cycle has in hand (a row committed late is not lost)
             after, skip = (self.after_id, ()) if self.full else (0, sorted(self.unsettled))
-            claimed = await job.db.atomic(claim_batch, job.cfg.batch_size,
-                                          job.state.held_topics(trio.current_time()),
-                                          after, skip)
+            claim = await job.db.atomic(claim_batch, job.cfg.batch_size,
+                                        job.state.held_topics(trio.current_time()),
+                                        after, skip, max_bytes=job.cfg.claim_max_bytes,
+                                        max_row_bytes=job.producer.max_request_size)
+            claimed = claim.rows
             self.claimed = bool(claimed)
-            self.full = len(claimed) >= job.cfg.batch_size
+            # a backlog: the claim was full, or its byte cap cut it short
+            self.full = claim.locked >= job.cfg.batch_size or claim.locked > len(claimed)
             self.unsettled.update(row.id for row in claimed)
             if claimed:
                 self.after_id = max(self.after_id, *(row.id for row in claimed))
@@ -353,6 +394,10 @@ class _Drain:
                     OUTBOX_PUBLISHED.inc(len(ids))
         finally:
             self.marking = False
+
+
+def _bytes(rows: Sequence[Row]) -> int:
+    return sum(len(row.message.value) for row in rows)
 
 
 def _report_health(state: RelayState) -> None:

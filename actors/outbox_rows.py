@@ -6,8 +6,11 @@
 ``messenger.integration_outbox`` is written by other services too, so a row is checked
 before it becomes a Kafka message: ``payload`` must be a JSON object (it is sent as it is
 stored) and ``headers`` a JSON object whose values are strings (JSON ``null`` means no
-headers). Anything else is :class:`Malformed`, with a one-line reason, and the relay
-dead-letters it like a message the broker rejects.
+headers), and the row no larger than the producer's max request size: the claim measures
+each row in the database and sends an oversized one without its payload and headers
+(issue #26: twenty 50 MB rows took the relay to 2.2 GB). Anything else is
+:class:`Malformed`, with a one-line reason, and the relay dead-letters it like a message
+the broker rejects.
 """
 
 from __future__ import annotations
@@ -87,15 +90,25 @@ def parse_row(rec: dict[str, Any]) -> Row | Malformed:
 
 
 CLAIMED = ("id", "topic", "message_key", "dedupe_key", "event_type", "payload",
-           "payload_type", "headers")  # the columns of outbox_claim_batch, in order
+           "payload_type", "headers", "size", "oversized",
+           "claimed_n")  # the columns of outbox_claim_batch, in order
 
 
-def parse_claimed(rec: tuple[Any, ...]) -> Row | Malformed:
+def too_large(size: int, limit: int) -> str:
+    """The dead letter's reason for a row of *size* bytes over *limit*."""
+    return f"too_large: row of {size} bytes over the {limit}-byte max request size"
+
+
+def parse_claimed(rec: tuple[Any, ...], max_row_bytes: int = 0) -> Row | Malformed:
     """A row as ``outbox_claim_batch`` returns it (a tuple of :data:`CLAIMED`): the
     common case (an object payload, headers a JSON object of strings) without building
-    a dict of the record, giving the same message as :func:`parse_row`; anything else
-    goes through :func:`parse_row`."""
-    outbox_id, topic, message_key, dedupe_key, event_type, payload, payload_type, headers = rec
+    a dict of the record, giving the same message as :func:`parse_row`; an oversized row
+    (fetched without payload) is :class:`Malformed`; anything else goes through
+    :func:`parse_row`."""
+    (outbox_id, topic, message_key, dedupe_key, event_type, payload, payload_type, headers,
+     size, oversized, _) = rec
+    if oversized:
+        return Malformed(outbox_id, topic, message_key, too_large(size, max_row_bytes))
     if payload_type == "object" and type(headers) is dict:
         try:  # only a string has .encode() among decoded JSON values
             wire = {name: value.encode() for name, value in headers.items()}

@@ -451,6 +451,23 @@ class OutboxRelayConfig:
         "frozen leader is replaced this long after its last renewal). A relay cycle runs "
         "at most half of it.", duration=True, checks=[_positive], maximum=DAY,
     )
+    claim_max_bytes: int = _setting(
+        16 * 1024 * 1024, "Bytes of outbox rows (payload, headers, key) one claim fetches at "
+        "most; a claim stops before the row that would pass it (its first row always comes). "
+        "The relay holds about two claims, so its memory stays bounded whatever the rows "
+        "hold. A row larger than the producer's max request size (1 MiB) is dead-lettered "
+        "without its payload being fetched.", checks=[_positive], maximum=1024 * 1024 * 1024,
+    )
+    dead_letter_retention: float = _setting(
+        2592000.0, "Dead letters older than this are deleted together with their outbox "
+        "row, unless one still blocks later rows of its key (`safetynet replay` puts one "
+        "back instead).", duration=True, checks=[_positive], maximum=365 * DAY,
+    )
+    notify_min_interval: float = _setting(
+        0.05, "Shortest time between two relay wake-ups from NOTIFY safetynet_outbox; "
+        "notifications in between are coalesced into one wake-up at its end (any login may "
+        "NOTIFY).", duration=True, checks=[_non_negative], maximum=MINUTE,
+    )
 
 
 @attrs.frozen
@@ -496,6 +513,11 @@ class AuditConfig:
     kafka_timeout: float = _setting(
         30.0, "`safetynet audit --kafka`: bound of the whole topic read.", duration=True,
         checks=[_positive], maximum=HOUR,
+    )
+    kafka_max_bytes: int = _setting(
+        256 * 1024 * 1024, "`safetynet audit --kafka`: bytes of messages (keys, values, "
+        "headers) read at most; a window holding more cannot be judged (exit 1).",
+        checks=[_positive], maximum=4 * 1024 * 1024 * 1024,
     )
 
 

@@ -59,6 +59,7 @@ def migrate(dsn: str) -> list[Migration]:
             for migration in migrations():
                 with conn.transaction():
                     conn.execute(QUERIES["schema_migrations_lock"])
+                    conn.execute(QUERIES["schema_migrations_pin_search_path"])
                     conn.execute(QUERIES["schema_migrations_create"])
                     done = {
                         row[0]: row

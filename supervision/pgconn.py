@@ -10,8 +10,10 @@ Every daemon connection (the pool, each lock keeper's, the outbox listener's) is
 from :func:`conninfo`: the user's DSN merged with
 
 * ``options=-c statement_timeout=… -c lock_timeout=… -c idle_in_transaction_session_timeout=…``
-  from ``[postgres]`` (the user's own ``options`` come after ours, so a ``-c`` written in
-  the DSN wins);
+  from ``[postgres]``, and ``-c search_path=pg_catalog,pg_temp`` (:data:`SEARCH_PATH`:
+  every query names its schema, so a function or operator another role planted in
+  ``public`` is never what a name resolves to; issue #26). The user's own ``options``
+  come after ours, so a ``-c`` written in the DSN wins;
 * ``connect_timeout`` from ``[postgres]``, and TCP keepalives and ``tcp_user_timeout``
   (:data:`TCP`), so a peer that vanished (a partition, a dead host) is found within
   about 15 s even on an idle connection;
@@ -47,6 +49,9 @@ TCP: dict[str, int] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interv
                        "keepalives_count": 3, "tcp_user_timeout": 15_000}
 
 
+SEARCH_PATH = "pg_catalog,pg_temp"  # pg_temp last: never searched before pg_catalog
+
+
 def _ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
@@ -57,7 +62,8 @@ def conninfo(cfg: PostgresConfig, application_name: str) -> str:
     bounds = (f"-c statement_timeout={_ms(cfg.statement_timeout)}"
               f" -c lock_timeout={_ms(cfg.lock_timeout)}"
               f" -c idle_in_transaction_session_timeout="
-              f"{_ms(cfg.idle_in_transaction_session_timeout)}")
+              f"{_ms(cfg.idle_in_transaction_session_timeout)}"
+              f" -c search_path={SEARCH_PATH}")
     ours: dict[str, Any] = {**TCP, "connect_timeout": max(2, math.ceil(cfg.connect_timeout))}
     options = " ".join(o for o in (bounds, theirs.pop("options", "")) if o)
     return make_conninfo("", **{**ours, **theirs, "options": options,

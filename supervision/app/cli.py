@@ -178,8 +178,7 @@ def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
 
     cfg = _load(config_files)
     try:
-        with psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True,
-                             connect_timeout=5) as conn:
+        with _connect(cfg) as conn:
             current = read_status(conn, cfg)
     except psycopg.Error as exc:
         _fail(f"postgres: {describe(exc)}", cfg=cfg)
@@ -290,8 +289,7 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
                                "--all-poisoned (not both)")
     cfg = _load(config_files)
     try:
-        with psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True,
-                             connect_timeout=5) as conn:
+        with _connect(cfg) as conn:
             changed = do_requeue(conn, list(ids), all_quarantined, all_poisoned)
     except UnknownIds as exc:
         _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
@@ -311,7 +309,12 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
 
 
 def _connect(cfg: Config) -> psycopg.Connection:
-    return psycopg.connect(cfg.postgres.dsn.reveal(), autocommit=True, connect_timeout=5)
+    """An operator verb's connection, with the daemon's session settings (its statement
+    and lock timeouts, search_path pinned: supervision.pgconn) and its client deadline:
+    no verb waits on the database for longer than the daemon would."""
+    from supervision.pgconn import client_deadline, connect, conninfo
+
+    return connect(conninfo(cfg.postgres, "safetynet-cli"), client_deadline(cfg.postgres))
 
 
 @main.command()

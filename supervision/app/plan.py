@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 import trio
 from psycopg.rows import dict_row
 
@@ -29,19 +28,20 @@ from supervision.app.plan_items import (
     storage_down_item,
 )
 from supervision.config import Config
+from supervision.pgconn import connect, conninfo
 from supervision.queries import QUERIES
 
 __all__ = ["PlanItem", "plan"]
 
 
 def _rows(dsn: str, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn, \
-            conn.cursor(row_factory=dict_row) as cur:
+    with connect(dsn, None) as conn, conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(QUERIES[query], params).fetchall()
 
 
 async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
-    dsn = cfg.postgres.dsn.reveal()
+    # the daemon's session settings: its statement timeout, search_path pinned
+    dsn = conninfo(cfg.postgres, "safetynet-plan")
     if job == "recording-finalize":
         return await _plan_finalize(cfg, dsn, limit)
     if job == "conference-reaper":

@@ -129,8 +129,9 @@ def build_tree(res: Resources) -> SupervisorSpec:
     ]
     if res.cfg.outbox_relay.enabled:
         outbox = SupervisorSpec("outbox", [
-            ChildSpec("outbox-listener", partial(serve_outbox_listener, listen_dsn, res.wakeup,
-                                                   deadline=deadline),
+            ChildSpec("outbox-listener", partial(
+                serve_outbox_listener, listen_dsn, res.wakeup, deadline=deadline,
+                min_interval=res.cfg.outbox_relay.notify_min_interval),
                       Restart.PERMANENT, shutdown=grace),
             ChildSpec("lock-keeper:outbox-relay",
                       partial(serve_lock_keeper, relay_locked_job(res), lock_dsn,

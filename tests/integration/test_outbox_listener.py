@@ -3,8 +3,10 @@ up the tree; a killed or half-open LISTEN connection is replaced, and the metric
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import time
 from functools import partial
 
 import psycopg
@@ -14,6 +16,7 @@ from prometheus_client import REGISTRY
 from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
 from supervision.dev.stack import free_ports
 from supervision.wakeup import Wakeup
+from tests.waiting import wait_until
 
 
 def insert_outbox_row(dsn: str) -> None:
@@ -112,3 +115,46 @@ async def test_a_half_open_listen_connection_is_found_and_replaced(db_dsn: str) 
         await trio.to_thread.run_sync(insert_outbox_row, db_dsn)
         assert await wakeup.wait(10), "the new LISTEN does not wake the relay"
         nursery.cancel_scope.cancel()
+
+
+class CountingWakeup(Wakeup):
+    """A Wakeup that records when the listener woke the relay (from its thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[float] = []
+
+    def wake_from_thread(self, token: trio.lowlevel.TrioToken) -> None:
+        self.at.append(time.monotonic())
+        super().wake_from_thread(token)
+
+
+def notify_storm(dsn: str, transactions: int, per_transaction: int) -> tuple[float, float]:
+    """Any login's NOTIFY safetynet_outbox, *per_transaction* distinct ones per commit
+    (identical ones would be folded by PostgreSQL); the first and last commit's times."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first = time.monotonic()
+        for n in range(transactions):
+            conn.execute("SELECT pg_notify('safetynet_outbox', %s || '-' || g)"
+                         " FROM generate_series(1, %s) g", (str(n), per_transaction))
+        return first, time.monotonic()
+
+
+async def test_a_notify_storm_costs_one_wake_up_per_min_interval(db_dsn: str) -> None:
+    """40,000 notifications over 40 commits: the relay is woken at most once per
+    min_interval (plus the first and the last), and once after the last commit, so the
+    storm costs bounded wake-ups and no notification is lost."""
+    wakeup = CountingWakeup()
+    interval = 0.25
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_outbox_listener, db_dsn, wakeup,
+                                    min_interval=interval))
+        assert await wakeup.wait(0)  # the catch-up wake of a fresh LISTEN
+        first, last = await trio.to_thread.run_sync(notify_storm, db_dsn, 40, 1000)
+        await trio.to_thread.run_sync(wait_until, lambda: bool(wakeup.at) and (
+            wakeup.at[-1] >= last), 10, "a wake-up after the storm's last commit")
+        nursery.cancel_scope.cancel()
+    during = [t for t in wakeup.at if t >= first]
+    assert len(during) <= (last - first) / interval + 3, (len(during), last - first)
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    assert all(gap >= interval * 0.9 for gap in gaps), gaps

@@ -403,7 +403,7 @@ async def test_the_claim_builds_each_message_as_parse_row_does(
     def both() -> tuple[list[Any], list[Any]]:
         with psycopg.connect(db_dsn, autocommit=True) as conn:
             with conn.transaction():
-                claimed = claim_batch(conn, 100, (), ids[0] - 1)
+                claimed = claim_batch(conn, 100, (), ids[0] - 1).rows
             stored = fetch(conn, "SELECT id, topic, message_key, dedupe_key, event_type,"
                                  " payload::text AS payload, jsonb_typeof(payload) AS"
                                  " payload_type, headers FROM messenger.integration_outbox"

@@ -18,7 +18,8 @@ def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[s
     rec = {"id": 7, "topic": "t", "message_key": "k", "dedupe_key": "d", "event_type": "E",
            "payload": json.dumps(payload), "headers": {} if headers is None else headers,
            "payload_type": {dict: "object", list: "array", str: "string", int: "number",
-                            bool: "boolean"}[type(payload)], "publish_attempts": 0}
+                            bool: "boolean"}[type(payload)], "publish_attempts": 0,
+           "size": 100, "oversized": False, "claimed_n": 1}
     rec.update(overrides)
     return rec
 
@@ -128,3 +129,14 @@ def test_the_claim_fast_path_builds_exactly_what_parse_row_builds(
     record: the same message, headers in the same order, or the same malformed reason."""
     rec = record(**overrides)
     assert parse_claimed(tuple(rec[column] for column in CLAIMED)) == parse_row(rec)
+
+
+def test_an_oversized_claimed_row_is_malformed_with_its_size_and_the_limit() -> None:
+    """A row the claim measured over the limit (fetched without payload or headers) is a
+    dead letter whose reason names its size and the limit, never a message."""
+    rec = record(payload={"x": 1}) | {"payload": None, "headers": None, "dedupe_key": None,
+                                      "event_type": None, "size": 52_428_800,
+                                      "oversized": True}
+    parsed = parse_claimed(tuple(rec[column] for column in CLAIMED), 1_048_576)
+    assert parsed == Malformed(7, "t", "k", "too_large: row of 52428800 bytes over the"
+                                            " 1048576-byte max request size")

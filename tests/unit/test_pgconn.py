@@ -19,7 +19,8 @@ def test_bounds_keepalives_and_name_are_merged_into_the_dsn() -> None:
     cfg = config_from_dict(pg(statement_timeout="2s", lock_timeout="250ms"))
     params = conninfo_to_dict(conninfo(cfg.postgres, "safetynet-lock"))
     assert params["options"] == ("-c statement_timeout=2000 -c lock_timeout=250"
-                                 " -c idle_in_transaction_session_timeout=25000")
+                                 " -c idle_in_transaction_session_timeout=25000"
+                                 " -c search_path=pg_catalog,pg_temp")
     assert params["application_name"] == "safetynet-lock"
     assert params["connect_timeout"] == "5" and params["keepalives"] == "1"
     assert params["tcp_user_timeout"] == "15000" and params["host"] == "db.internal"

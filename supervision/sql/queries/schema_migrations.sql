@@ -1,6 +1,12 @@
 -- name: schema_migrations_lock --
 -- Serialises concurrent `safetynet migrate` runs for the length of the transaction.
-SELECT pg_advisory_xact_lock(hashtext('safetynet.migrate'));
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('safetynet.migrate'));
+
+-- name: schema_migrations_pin_search_path --
+-- Every migration runs with only pg_catalog on its search_path: a function or operator
+-- planted in a schema the session would search (public) is never what a migration's
+-- statements, or the SQL-standard function bodies they store, resolve to (issue #26).
+SET LOCAL search_path = pg_catalog, pg_temp;
 
 -- name: schema_migrations_create --
 CREATE SCHEMA IF NOT EXISTS safetynet;
