@@ -117,6 +117,10 @@ EXPECTED_INDEXES = {
                                  "((status)::text = ANY ((ARRAY['Ended'::character varying, "
                                  "'Failed'::character varying])::text[]))"),
     "ix_outbox_created": ("integration_outbox", False, ["created_at"], None),
+    # migration 0011: the unpublished rows that are not dead letters (issue #26)
+    "ix_outbox_live": ("integration_outbox", False, ["id"],
+                       "((published_at IS NULL) AND ((last_error IS NULL) OR (NOT "
+                       "((last_error)::text ^@ 'dead-letter:'::text))))"),
     "ix_realtime_reference": ("realtime_outbox", False, ["reference_id"], None),
     # a million-row backlog (migration 0009): bounded gauges and reaper claims
     "ix_rfa_pending_created": ("recording_finalize_attempts", False, ["created_at"],
