@@ -2,13 +2,14 @@
 (and of the chaos checker, which reads its own ledger).
 
 >>> window = asyncio.run(read_window(cfg.kafka, TOPICS, since_ms, max_messages=100_000,
-...                                  timeout_s=30))
+...                                  timeout_s=30, max_bytes=256 << 20))
 >>> check_ledger(outbox_rows, window.ledger)     # -> [Violation, ...]
 
 The read is bounded: it starts at the offsets of *since_ms* (``offsets_for_times``, never
 at offset 0), stops once past the end offsets taken when it began and a fetch comes back
-empty, after *max_messages* or after *timeout_s*; a read that stopped early is
-``complete=False`` and judges nothing.
+empty, after *max_messages*, after *max_bytes* of keys, values and headers (a topic of
+large messages fills memory long before it holds many; each fetch is capped by it too)
+or after *timeout_s*; a read that stopped early is ``complete=False`` and judges nothing.
 
 Invariants: ``not_in_ledger`` (a row published in the judged window whose event id is not
 on the topic), ``ledger_inconsistent`` (one event id with another topic/key/payload than
@@ -139,19 +140,28 @@ def entry_of(message: Any) -> Entry:
                  headers.get("event-id"), payload)
 
 
+def message_bytes(message: Any) -> int:
+    """What a consumed message weighs: its key, value and headers."""
+    return (len(message.key or b"") + len(message.value or b"")
+            + sum(len(k) + len(v or b"") for k, v in (message.headers or ())))
+
+
 async def read_window(cfg: KafkaConfig, topics: Iterable[str], since_ms: int, *,
-                      max_messages: int, timeout_s: float) -> Window:
+                      max_messages: int, timeout_s: float,
+                      max_bytes: int = 256 * 1024 * 1024) -> Window:
     """Every message of *topics* from the offsets of *since_ms* to their end (asyncio: run
-    it with ``asyncio.run``). Bounded by *max_messages* and *timeout_s*."""
+    it with ``asyncio.run``). Bounded by *max_messages*, *max_bytes* and *timeout_s*."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     deadline = time.monotonic() + timeout_s
     consumer = AIOKafkaConsumer(
         bootstrap_servers=cfg.bootstrap_servers, client_id=f"{cfg.client_id}-audit",
         enable_auto_commit=False, group_id=None, request_timeout_ms=int(timeout_s * 1000),
-        **client_security(cfg))
+        fetch_max_bytes=min(max_bytes, 50 * 1024 * 1024),
+        max_partition_fetch_bytes=min(max_bytes, 1024 * 1024), **client_security(cfg))
     await consumer.start()
     ledger = Ledger()
+    read_bytes = 0
     try:
         tps = [TopicPartition(t, p) for t in topics
                for p in (await _partitions(consumer, t))]
@@ -172,9 +182,12 @@ async def read_window(cfg: KafkaConfig, topics: Iterable[str], since_ms: int, *,
                 return Window(ledger, False, f"topic read exceeded {timeout_s:g}s")
             batch = await consumer.getmany(*todo, timeout_ms=500)
             for messages in batch.values():
+                read_bytes += sum(message_bytes(m) for m in messages)
                 ledger.entries.extend(entry_of(m) for m in messages)
             if len(ledger.entries) > max_messages:
                 return Window(ledger, False, f"window holds more than {max_messages} messages")
+            if read_bytes > max_bytes:
+                return Window(ledger, False, f"window holds more than {max_bytes} bytes")
             # done with a partition once past its end offset *and* a fetch came back empty:
             # some brokers (Tansu) answer a stale end offset
             todo = [tp for tp in todo

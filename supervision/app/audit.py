@@ -14,7 +14,8 @@ Three parts, each bounded, each judged or reported as not judged:
 * ``failed_with_object``: at most ``audit.s3_sample`` recent Failed recordings HEADed
   through the S3 worker, at most ``audit.s3_rate`` per second;
 * with ``kafka=True``, the topics read from the offsets of the window's start to their
-  current end (at most ``audit.kafka_max_messages``, ``audit.kafka_timeout``) and judged
+  current end (at most ``audit.kafka_max_messages``, ``audit.kafka_max_bytes``,
+  ``audit.kafka_timeout``) and judged
   against the outbox by :func:`actors.audit_ledger.check_ledger`.
 
 The window never reaches back beyond ``outbox_relay.retention`` (less a margin for the
@@ -142,7 +143,8 @@ def _judge_kafka(cfg: Config, th: Thresholds, db_now: dt.datetime
     try:
         read = asyncio.run(read_window(cfg.kafka, TOPICS, since_ms,
                                        max_messages=cfg.audit.kafka_max_messages,
-                                       timeout_s=cfg.audit.kafka_timeout))
+                                       timeout_s=cfg.audit.kafka_timeout,
+                                       max_bytes=cfg.audit.kafka_max_bytes))
     except (KafkaError, OSError, TimeoutError) as exc:
         return [], f"{type(exc).__name__}: {exc}"
     if not read.complete:

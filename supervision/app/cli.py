@@ -308,6 +308,82 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
     click.echo(f"{len(changed)} row(s) requeued")
 
 
+@main.command("dead-letters")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: total, newest.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(0, 10_000),
+              help="Dead letters to show at most (newest first).")
+@click.option("--purge", is_flag=True,
+              help="Delete the dead letters older than --older-than with their outbox rows "
+                   "(not those still blocking later rows of their key).")
+@click.option("--older-than", default=None,
+              help="With --purge: a duration (default outbox_relay.dead_letter_retention).")
+@click.option("--reason", default=None, help="Why (required with --purge).")
+@_config_option
+def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
+                 reason: str | None, config_files: tuple[Path, ...]) -> None:
+    """The outbox's dead letters, newest first (whether each still blocks its key); with
+    --purge, delete the old ones. `safetynet replay ID` puts one back on the relay's path."""
+    from supervision.app.runbook import dead_letters as list_dead_letters
+    from supervision.app.runbook import purge_dead_letters
+    from supervision.durations import parse_duration
+
+    if not purge and (older_than is not None or reason is not None):
+        raise click.UsageError("--older-than and --reason go with --purge")
+    if purge and not reason:
+        raise click.UsageError("--purge needs --reason TEXT")
+    cfg = _load(config_files)
+    try:
+        age = (cfg.outbox_relay.dead_letter_retention if older_than is None
+               else parse_duration(older_than))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+    try:
+        with _connect(cfg) as conn:
+            purged = purge_dead_letters(conn, age) if purge else None
+            found = list_dead_letters(conn, limit)
+    except psycopg.Error as exc:
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+    if as_json:
+        click.echo(json.dumps({**found.as_json(), "purged": purged}, default=str))
+        return
+    if purged is not None:
+        click.echo(printable(f"purged {purged} dead letter(s) older than {age:g}s with "
+                             f"their outbox rows (reason: {reason})"))
+    for row in found.newest:
+        click.echo(printable(
+            f"{row['outbox_id']} {row['topic']}/{row['message_key']} at {row['created_at']}"
+            f"{' BLOCKS its key' if row['blocking'] else ''}"
+            f"{' (row gone)' if row['row_gone'] else ''}: {row['reason']}"))
+    click.echo(f"{found.total} dead letter(s)")
+
+
+@main.command()
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--reason", required=True, help="Why (an operator's action is recorded).")
+@_config_option
+def replay(ids: tuple[str, ...], reason: str, config_files: tuple[Path, ...]) -> None:
+    """Put dead-lettered outbox rows (by outbox id, see dead-letters) back on the relay's
+    path: published again in id order, before the later rows of their key. Unknown ids:
+    exit 2 and nothing changes."""
+    from supervision.app.runbook import UnknownIds
+    from supervision.app.runbook import replay as do_replay
+
+    cfg = _load(config_files)
+    try:
+        with _connect(cfg) as conn:
+            done = do_replay(conn, list(ids))
+    except UnknownIds as exc:
+        _fail(f"not dead letters, nothing changed: {printable(exc)}", EXIT_SLO)
+    except psycopg.Error as exc:
+        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+    for row in done:
+        click.echo(printable(
+            f"replayed {row.outbox_id} (dead-lettered for {row.reason})"
+            + (": its outbox row is gone, only the dead letter was removed" if row.row_gone
+               else ": back on the relay's path")))
+    click.echo(printable(f"{len(done)} dead letter(s) replayed (reason: {reason})"))
+
+
 def _connect(cfg: Config) -> psycopg.Connection:
     """An operator verb's connection, with the daemon's session settings (its statement
     and lock timeouts, search_path pinned: supervision.pgconn) and its client deadline:

@@ -1,9 +1,11 @@
-"""Runbook tools behind ``safetynet status`` and ``safetynet requeue``.
+"""Runbook tools behind ``safetynet status``, ``requeue``, ``dead-letters`` and ``replay``.
 
-Both are plain synchronous functions over one connection: an operator's command, not
+All are plain synchronous functions over one connection: an operator's command, not
 part of the daemon. ``status`` reads the same cheap aggregates the gauges use and judges
 each seed SLO; ``requeue`` re-enqueues finalize rows and releases poison conferences
-all-or-nothing.
+all-or-nothing; ``dead_letters`` lists the outbox's dead letters, ``replay`` puts some
+back on the relay's path (all-or-nothing) and ``purge_dead_letters`` deletes old ones
+with their rows, as the relay's retention does.
 """
 
 from __future__ import annotations
@@ -161,3 +163,61 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@attrs.frozen
+class DeadLetters:
+    """The newest dead letters (``safetynet dead-letters``) and how many there are."""
+
+    total: int
+    newest: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def dead_letters(conn: psycopg.Connection, limit: int) -> DeadLetters:
+    """The *limit* newest dead letters, each with whether it still blocks its key."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(QUERIES["outbox_dead_letters_list"], {"limit": limit}).fetchall()
+        total = rows[0]["total"] if rows else 0
+    return DeadLetters(int(total), [
+        {k: (str(v) if k == "created_at" else v) for k, v in row.items() if k != "total"}
+        for row in rows])
+
+
+@attrs.frozen
+class Replayed:
+    outbox_id: int
+    reason: str  # why it was dead-lettered
+    row_gone: bool  # the outbox row was deleted meanwhile: only the dead letter went
+
+
+def replay(conn: psycopg.Connection, ids: list[str]) -> list[Replayed]:
+    """Put the dead-lettered outbox rows *ids* back on the relay's path (their dead
+    letters deleted, the row's 'dead-letter:' mark cleared) and wake the relays;
+    all-or-nothing: an id that is not a dead letter raises UnknownIds."""
+    numbers = sorted({int(i) for i in ids if i.isdigit() and len(i) < 19})
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(QUERIES["outbox_dead_letters_lookup"], {"ids": numbers}).fetchall()
+        known = {str(r["outbox_id"]) for r in rows}
+        unknown = [i for i in ids if not (i.isdigit() and str(int(i)) in known)]
+        if unknown:
+            raise UnknownIds(unknown)
+        cur.execute(QUERIES["outbox_dead_letters_replay"], {"ids": numbers})
+        cur.execute(QUERIES["outbox_wake_relays"])  # delivered at commit
+    return [Replayed(int(r["outbox_id"]), r["reason"], bool(r["row_gone"])) for r in rows]
+
+
+def purge_dead_letters(conn: psycopg.Connection, older_than: float, batch: int = 1000
+                       ) -> int:
+    """Delete the dead letters older than *older_than* seconds with their outbox rows, a
+    batch per transaction (those still blocking later rows of their key stay); how many."""
+    purged = 0
+    while True:
+        with conn.transaction():
+            n = len(conn.execute(QUERIES["outbox_dead_letters_purge"], {
+                "retention": older_than, "limit": batch}).fetchall())
+        purged += n
+        if n < batch:
+            return purged
