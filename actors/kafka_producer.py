@@ -64,6 +64,7 @@ REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidTopicError
 # and only one that is too large on its own is rejected (dead-lettered)
 TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 estimate_size_in_bytes = DefaultRecordBatchBuilder.estimate_size_in_bytes
+MAX_REQUEST_SIZE = 1_048_576  # aiokafka's default; the outbox claim measures rows by it
 
 
 class Delivery(enum.Enum):
@@ -147,7 +148,7 @@ class KafkaProducer:
     like one with auto-create off."""
 
     def __init__(self, cfg: KafkaConfig, *, request_timeout_s: float = 10.0,
-                 max_request_size: int = 1_048_576, create_topics: bool = True) -> None:
+                 max_request_size: int = MAX_REQUEST_SIZE, create_topics: bool = True) -> None:
         self._cfg = cfg
         self._timeout_ms = int(request_timeout_s * 1000)
         self.max_request_size = max_request_size

@@ -43,7 +43,7 @@ import structlog
 import trio
 
 from actors.cycle_frame import cycle_frame
-from actors.kafka_producer import Delivery, KafkaProducer, SendResult
+from actors.kafka_producer import MAX_REQUEST_SIZE, Delivery, KafkaProducer, SendResult
 from actors.lock_keeper import (
     CycleContext,
     CycleOutcome,
@@ -93,9 +93,10 @@ class RelayJob:
     max_run_duration: float = 30.0
     retention_every: float = 300.0  # how often published rows past retention are deleted
     retention_batch: int = 1000
+    max_row_bytes: int = MAX_REQUEST_SIZE  # a larger row is dead-lettered unread
 
 
-MAX_ROW_BYTES = 1_048_576  # the producer's max request size: no larger row is ever sent
+MAX_ROW_BYTES = MAX_REQUEST_SIZE  # the producer's: no larger row is ever sent
 
 
 @attrs.frozen
@@ -330,7 +331,7 @@ class _Drain:
             claim = await job.db.atomic(claim_batch, job.cfg.batch_size,
                                         job.state.held_topics(trio.current_time()),
                                         after, skip, max_bytes=job.cfg.claim_max_bytes,
-                                        max_row_bytes=job.producer.max_request_size)
+                                        max_row_bytes=job.max_row_bytes)
             claimed = claim.rows
             self.claimed = bool(claimed)
             # a backlog: the claim was full, or its byte cap cut it short

@@ -921,7 +921,8 @@ def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[Settin
             shown = str(default).lower() if isinstance(default, bool) else str(default)
         maximum = field.metadata.get("maximum")
         limit = "" if maximum is None else (
-            f'"{format_duration(maximum)}"' if duration else f"{maximum:g}")
+            f'"{format_duration(maximum)}"' if duration
+            else str(maximum) if isinstance(maximum, int) else f"{maximum:g}")
         rows.append(SettingDoc(key, kind, shown, field.metadata.get("doc", ""), limit))
     return rows
 
