@@ -42,6 +42,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -450,3 +451,29 @@ async def put_recordings(s3: S3Server, bucket: str, recording_ids: Collection[st
             trio.open_nursery() as nursery:
         for rid in recording_ids:
             nursery.start_soon(put, client, rid)
+
+
+def refuse_batches_over(monkeypatch: pytest.MonkeyPatch, limit: int) -> list[int]:
+    """Make the broker behave as one whose ``message.max.bytes`` is *limit*: every record
+    batch larger than it is refused whole with ``MessageSizeTooLarge`` (the broker's
+    answer), the rest go to the real broker. Returns the record counts of the refused
+    batches, as they happen."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import MessageSizeTooLargeError
+
+    original = AIOKafkaProducer.send_batch
+    refused: list[int] = []
+
+    async def send_batch(self: AIOKafkaProducer, batch: Any, topic: str, *,
+                         partition: int) -> Any:
+        if batch.size() > limit:
+            refused.append(batch.record_count())
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.set_exception(MessageSizeTooLargeError())
+            return future
+        return await original(self, batch, topic, partition=partition)
+
+    monkeypatch.setattr(AIOKafkaProducer, "send_batch", send_batch)
+    return refused

@@ -46,6 +46,7 @@ class Read(Enum):
     LOG = "log"          # the expected event's error/reason field
     COUNTS = "counts"
     EXIT = "exit"
+    PLANTED = "planted"  # what the plant itself measured (a listener's wake-ups)
 
 
 @attrs.frozen
@@ -221,6 +222,115 @@ async def missing_topic(world: World) -> Planted:
         kafka.create_topic(topic)
     assert len(ids) == 2  # not exempt: published once the topic exists
     return Planted(topic, heal=heal, extra={"no_topic_creation": True})
+
+
+HUGE = {  # a row another writer left in the outbox, far over the producer's 1 MiB
+    "payload": "jsonb_build_object('blob', repeat('x', 40000000)), '{}'",
+    "headers": "'{\"N\": 1}', jsonb_build_object('h', repeat('y', 5000000))",
+}
+
+
+def huge_row(column: str) -> Callable[[World], Any]:
+    """One row of *column* tens of megabytes large (compressible: cheap to store)."""
+    async def plant(world: World) -> Planted:
+        key = "repeat('k', 2000000)" if column == "message_key" else "'bad'"
+        values = HUGE.get(column, HUGE["payload"].replace("40000000", "10"))
+        row = world.conn.execute(
+            "INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
+            f" event_type, payload, headers) SELECT %s, {key}, gen_random_uuid()::text,"
+            f" 'Test', {values} RETURNING id", (world.topic,)).fetchone()
+        assert row is not None
+        world.exempt.add(str(row[0]))
+        return Planted(str(row[0]))
+    return plant
+
+
+async def batch_refused(world: World) -> Planted:
+    """Rows of 30 KB around one of 300 KB, with a broker that refuses any batch over
+    200 KB whole (its message.max.bytes below the client's max request size)."""
+    for n in range(6):
+        world.enqueue(world.topic, f"m{n}", {"Pad": "x" * 30_000}, None)
+    oid = world.enqueue(world.topic, "big", {"Pad": "x" * 300_000}, None)
+    world.exempt.add(str(oid))
+    return Planted(str(oid), extra={"broker_max_bytes": 200_000})
+
+
+DEAD_PILE = """
+WITH rows AS (
+    INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key, event_type,
+        payload, publish_attempts, last_error)
+    SELECT 't.dead', 'k' || g, 'd' || g, 'Test', '{}', 1, 'dead-letter: kafka:X'
+    FROM generate_series(1, 100000) g
+    RETURNING id, topic, message_key
+)
+INSERT INTO safetynet.outbox_dead_letters (outbox_id, topic, message_key, reason, blocks_key)
+SELECT id, topic, message_key, 'kafka:X', false FROM rows RETURNING outbox_id
+"""
+
+
+async def dead_letter_pile(world: World) -> Planted:
+    """100,000 dead letters left from earlier incidents (never purged before #26)."""
+    ids = world.conn.execute(DEAD_PILE).fetchall()
+    world.exempt.update(str(r[0]) for r in ids)
+    return Planted()
+
+
+async def notify_storm(world: World) -> Planted:
+    """Any login NOTIFYs safetynet_outbox 20,000 times while the listener runs with a
+    0.2 s minimum interval: the relay's wake-ups are counted."""
+    import time
+    from functools import partial
+
+    import trio
+
+    from actors.outbox_listener import serve_outbox_listener
+    from supervision.wakeup import Wakeup
+    from tests.waiting import wait_until
+
+    woken: list[float] = []
+
+    class Counting(Wakeup):
+        def wake_from_thread(self, token: trio.lowlevel.TrioToken) -> None:
+            woken.append(time.monotonic())
+            super().wake_from_thread(token)
+
+    def storm() -> float:
+        with psycopg.connect(world.dsn, autocommit=True) as conn:
+            started = time.monotonic()
+            for n in range(20):
+                conn.execute("SELECT pg_notify('safetynet_outbox', %s || '-' || g)"
+                             " FROM generate_series(1, 1000) g", (str(n),))
+            return started
+
+    wakeup = Counting()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_outbox_listener, world.dsn, wakeup,
+                                    min_interval=0.2))
+        started = await trio.to_thread.run_sync(storm)
+        last = time.monotonic()
+        with contextlib.suppress(AssertionError):  # no wake-up after it: said below
+            await trio.to_thread.run_sync(wait_until, lambda: bool(woken) and (
+                woken[-1] >= last), 5, "a wake-up after the storm")
+        nursery.cancel_scope.cancel()
+    during = [t for t in woken if t >= started]
+    bound = (last - started) / 0.2 + 3
+    caught_up = bool(woken) and woken[-1] >= last
+    verdict = "coalesced" if len(during) <= bound and caught_up else "NOT coalesced"
+    return Planted(extra={"reason": f"{verdict}: {len(during)} wake-up(s) for 20000"
+                                    f" notifications in {last - started:.1f}s"})
+
+
+HIJACK = """
+GRANT CREATE ON SCHEMA public TO PUBLIC;
+CREATE FUNCTION public.left(varchar, integer) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$;
+"""
+
+
+async def hijack_left(world: World) -> Planted:
+    """A co-tenant's public.left(varchar, int), a better match than pg_catalog.left(text,
+    int) for safetynet.finalize_classify's call; a recording whose kind it would report."""
+    world.conn.execute(HIJACK)
+    return Planted(due_recording(world, session_kind="Webinar"))
 
 
 def config_file(text: str, env: Mapping[str, str] | None = None) -> Callable[[World], Any]:
@@ -403,6 +513,33 @@ CASES: list[Case] = [
        "configuration fault for that topic (readiness 503, nothing dead-lettered, no"
        " attempt); other topics publish; heals once the topic is created", RELAY,
        missing_topic, Read.HEALTH, "configuration fault in kafka: topic ", "config_fault"),
+    # ------------------------------------- hostile outbox and database (issue #26)
+    _c("outbox-huge-payload", "outbox", "a 40 MB payload", "dead-lettered without its"
+       " payload being fetched (its size measured in the database); claims capped by"
+       " claim_max_bytes, memory bounded", RELAY, huge_row("payload"), Read.DEAD_LETTER,
+       "too_large: row of 400000", "outbox_row_dead_lettered"),
+    _c("outbox-huge-headers", "outbox", "5 MB of headers", "dead-lettered unread, as a huge"
+       " payload", RELAY, huge_row("headers"), Read.DEAD_LETTER, "too_large: row of 5000",
+       "outbox_row_dead_lettered"),
+    _c("outbox-huge-key", "outbox", "a 2 MB message_key", "dead-lettered unread, as a huge"
+       " payload", RELAY, huge_row("message_key"), Read.DEAD_LETTER,
+       "too_large: row of 2000", "outbox_row_dead_lettered"),
+    _c("kafka-batch-too-large", "kafka", "broker refuses whole batches over its own"
+       " message.max.bytes (MessageSizeTooLarge)", "the batch is sent again one message per"
+       " batch: only the offender is dead-lettered, its batch-mates are published", RELAY,
+       batch_refused, Read.DEAD_LETTER, "kafka:MessageSizeTooLargeError",
+       "outbox_row_dead_lettered"),
+    _c("outbox-dead-letter-pile", "outbox", "100,000 dead letters", "off the relay's path"
+       " (ix_outbox_live, NOT EXISTS): claim, probe and gauges read only live rows; purged"
+       " after dead_letter_retention, `safetynet replay` puts one back", RELAY,
+       dead_letter_pile, Read.COUNTS, '{"published": 3}'),
+    _c("db-notify-storm", "database", "20,000 NOTIFY safetynet_outbox from any login",
+       "coalesced: at most one relay wake-up per notify_min_interval, the last one after"
+       " the storm", RELAY, notify_storm, Read.PLANTED, "coalesced: "),
+    _c("db-search-path-hijack", "database", "public.left(varchar, int) planted, CREATE on"
+       " public granted", "never called: functions pin search_path or are bound at"
+       " creation, sessions pin search_path", FIN, hijack_left, Read.LAST_ERROR,
+       "session_kind_unknown:Webinar"),
     # --------------------------------------------------------------- media responses
     _c("media-stop-500", "media", "recorder stop API answers 500",
        "logged and counted; the closed room and its event stay committed", REAP, media("500"),

@@ -25,6 +25,7 @@ from tests.badinput.cases import CASES, Case, Job, Read
 from tests.badinput.report import ROOT, record
 from tests.badinput.world import Planted, World, cycle
 from tests.chaos.checker import state_digest
+from tests.faults import refuse_batches_over
 
 pytestmark = pytest.mark.badinput
 Logged = MutableMapping[str, Any]  # a log event as structlog.testing captures it
@@ -64,6 +65,8 @@ def read_reason(case: Case, world: World, planted: Planted, logs: Sequence[Logge
     if query is not None:
         found = world.conn.execute(query, (planted.subject,)).fetchone()
         return "" if found is None or found[0] is None else str(found[0])
+    if case.read is Read.PLANTED:
+        return str(planted.extra["reason"])
     if case.read is Read.HEALTH:
         return HEALTH.reason() or ""
     if case.read is Read.LOG:
@@ -94,6 +97,8 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
     if planted.extra.get("no_topic_creation"):  # a broker with auto-create off
         monkeypatch.setattr(resources, "KafkaProducer", partial(KafkaProducer,
                                                              create_topics=False))
+    if (limit := planted.extra.get("broker_max_bytes")) is not None:
+        refuse_batches_over(monkeypatch, limit)
     before = await trio.to_thread.run_sync(state_digest, world.dsn)
     with capture_logs() as logs:
         if case.job is Job.CONFIG:

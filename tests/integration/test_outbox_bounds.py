@@ -20,7 +20,6 @@ import pytest
 import tomli_w
 import trio
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import MessageSizeTooLargeError
 
 from actors.audit_ledger import read_window
 from supervision.app.daemon import run_once
@@ -29,6 +28,7 @@ from supervision.dev.stack import KafkaServer, S3Server
 from supervision.queries import QUERIES
 from tests.cli import ROOT
 from tests.conftest import make_config
+from tests.faults import refuse_batches_over
 from tests.integration.test_backlog_plans import analyze, buffers
 from tests.integration.test_outbox_relay import enqueue
 from tests.messenger import fetch
@@ -107,19 +107,7 @@ async def test_a_batch_refused_as_too_large_is_resent_one_by_one(
     """A broker whose message.max.bytes (200 KB) is below the client's max request size
     refuses every batch over it whole: each is sent again one message per batch, so only
     the one 300 KB row is dead-lettered and its 19 batch-mates of 30 KB are published."""
-    original = AIOKafkaProducer.send_batch
-    refused: list[int] = []
-
-    async def broker_limit(self: AIOKafkaProducer, batch: Any, topic_: str, *,
-                           partition: int) -> asyncio.Future[Any]:
-        if batch.size() > 200_000:  # as a broker with a lower limit answers
-            refused.append(batch.record_count())
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            future.set_exception(MessageSizeTooLargeError())
-            return future
-        return await original(self, batch, topic_, partition=partition)
-
-    monkeypatch.setattr(AIOKafkaProducer, "send_batch", broker_limit)
+    refused = refuse_batches_over(monkeypatch, 200_000)
     small = await trio.to_thread.run_sync(enqueue, db_dsn, topic,
                                           [f"k{n}" for n in range(10)], 30_000)
     big = await trio.to_thread.run_sync(lambda: enqueue(db_dsn, topic, ["big"], 300_000))

@@ -34,8 +34,8 @@ WITH claimed AS (
       AND o.topic <> ALL(%(held_topics)s::text[])
       AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d WHERE d.outbox_id = o.id)
       AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
-                      WHERE d.blocks_key AND d.topic = o.topic
-                        AND d.message_key = o.message_key AND d.outbox_id < o.id)
+                      WHERE d.blocks_key AND d.topic = left(o.topic, 249)
+                        AND d.message_key = left(o.message_key, 400) AND d.outbox_id < o.id)
     ORDER BY o.id
     LIMIT %(batch_size)s
     FOR UPDATE OF o SKIP LOCKED
@@ -72,8 +72,8 @@ SELECT EXISTS (
       AND (o.last_error IS NULL OR NOT o.last_error ^@ 'dead-letter:')
       AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d WHERE d.outbox_id = o.id)
       AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
-                      WHERE d.blocks_key AND d.topic = o.topic
-                        AND d.message_key = o.message_key AND d.outbox_id < o.id));
+                      WHERE d.blocks_key AND d.topic = left(o.topic, 249)
+                        AND d.message_key = left(o.message_key, 400) AND d.outbox_id < o.id));
 
 -- name: outbox_mark_published --
 -- Only after the broker acknowledged each of these rows.
@@ -90,10 +90,13 @@ WHERE id = ANY(%(ids)s) AND published_at IS NULL;
 -- A message the broker (or the client) rejects permanently, or a malformed row: never
 -- retried, never published (until `safetynet replay`). It blocks its key only when later
 -- rows of that key are already waiting. The row's last_error gets the 'dead-letter:'
--- prefix, which takes it out of ix_outbox_live (migration 0011).
+-- prefix, which takes it out of ix_outbox_live (migration 0011). Its topic and key are
+-- kept to 249 and 400 characters (a btree entry holds ~2.7 kB: a hostile 2 MB key could
+-- not be dead-lettered at all, and every claim would fail on it); the queries compare
+-- the same prefixes, so a longer key at worst holds back another key sharing them.
 WITH dead AS (
     INSERT INTO safetynet.outbox_dead_letters (outbox_id, topic, message_key, reason, blocks_key)
-    SELECT o.id, o.topic, o.message_key, %(reason)s,
+    SELECT o.id, left(o.topic, 249), left(o.message_key, 400), %(reason)s,
            EXISTS (SELECT 1 FROM messenger.integration_outbox w
                    WHERE w.topic = o.topic AND w.message_key = o.message_key
                      AND w.id > o.id AND w.published_at IS NULL)
@@ -127,7 +130,7 @@ SELECT count(*) AS unpublished,
             SELECT DISTINCT d.topic, d.message_key FROM safetynet.outbox_dead_letters d
             WHERE d.blocks_key AND EXISTS (
                 SELECT 1 FROM messenger.integration_outbox o2
-                WHERE o2.topic = d.topic AND o2.message_key = d.message_key
+                WHERE left(o2.topic, 249) = d.topic AND left(o2.message_key, 400) = d.message_key
                   AND o2.id > d.outbox_id AND o2.published_at IS NULL)) k) AS blocked_keys,
        (SELECT count(*) FROM safetynet.outbox_dead_letters) AS dead_lettered
 FROM messenger.integration_outbox o
@@ -147,7 +150,7 @@ SELECT d.outbox_id, left(d.topic, 256) AS topic, left(d.message_key, 256) AS mes
        (o.id IS NULL) AS row_gone, o.publish_attempts,
        (d.blocks_key AND EXISTS (
             SELECT 1 FROM messenger.integration_outbox w
-            WHERE w.topic = d.topic AND w.message_key = d.message_key
+            WHERE left(w.topic, 249) = d.topic AND left(w.message_key, 400) = d.message_key
               AND w.id > d.outbox_id AND w.published_at IS NULL)) AS blocking,
        (SELECT count(*) FROM safetynet.outbox_dead_letters) AS total
 FROM safetynet.outbox_dead_letters d
@@ -189,7 +192,7 @@ WITH old AS (
     WHERE d.created_at < now() - %(retention)s * interval '1 second'
       AND NOT (d.blocks_key AND EXISTS (
             SELECT 1 FROM messenger.integration_outbox w
-            WHERE w.topic = d.topic AND w.message_key = d.message_key
+            WHERE left(w.topic, 249) = d.topic AND left(w.message_key, 400) = d.message_key
               AND w.id > d.outbox_id AND w.published_at IS NULL))
     ORDER BY d.created_at, d.outbox_id
     LIMIT %(limit)s
