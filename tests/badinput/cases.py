@@ -533,10 +533,10 @@ CASES: list[Case] = [
        " (ix_outbox_live, NOT EXISTS): claim, probe and gauges read only live rows; purged"
        " after dead_letter_retention, `safetynet replay` puts one back", RELAY,
        dead_letter_pile, Read.COUNTS, '{"published": 3}'),
-    _c("db-notify-storm", "database", "20,000 NOTIFY safetynet_outbox from any login",
+    _c("db-notify-storm", "outbox", "20,000 NOTIFY safetynet_outbox from any login",
        "coalesced: at most one relay wake-up per notify_min_interval, the last one after"
        " the storm", RELAY, notify_storm, Read.PLANTED, "coalesced: "),
-    _c("db-search-path-hijack", "database", "public.left(varchar, int) planted, CREATE on"
+    _c("db-search-path-hijack", "messenger", "public.left(varchar, int) planted, CREATE on"
        " public granted", "never called: functions pin search_path or are bound at"
        " creation, sessions pin search_path", FIN, hijack_left, Read.LAST_ERROR,
        "session_kind_unknown:Webinar"),
