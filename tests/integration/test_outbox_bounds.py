@@ -258,3 +258,27 @@ async def test_audit_kafka_read_is_bounded_by_bytes(
     assert not small.complete and small.why == "window holds more than 250000 bytes"
     whole = await trio.to_thread.run_sync(read, 10_000_000)
     assert whole.complete and len(whole.ledger.entries) == 5
+
+
+def test_the_relay_purges_dead_letters_past_retention_but_keeps_a_blocking_one(
+        db_dsn: str, kafka_server: KafkaServer, topic: str, tmp_path: Path) -> None:
+    """Dead letters 40 days old under a 30-day retention: the relay's retention pass
+    deletes the one that blocks nothing together with its row, keeps the one that still
+    holds back a later row of its key, and leaves a fresh one alone."""
+    config = write_config(tmp_path, db_dsn, kafka_server,
+                          outbox_relay={"dead_letter_retention": "30d"})
+    ids = enqueue(db_dsn, topic, ["a", "b", "b", "c"])
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for outbox_id in (ids[0], ids[1], ids[3]):  # b's first row blocks b's second
+            conn.execute(QUERIES["outbox_dead_letter"], {"id": outbox_id, "reason": "kafka:X"})
+        conn.execute("UPDATE safetynet.outbox_dead_letters SET created_at = now() -"
+                     " interval '40 days' WHERE outbox_id <> %s", (ids[3],))
+    run = cli(config, "run-once", "--job", "outbox-relay")
+    assert run.returncode == 0, run.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        rows = [r["id"] for r in fetch(conn, "SELECT id FROM messenger.integration_outbox"
+                                             " ORDER BY id")]
+        dead = [r["outbox_id"] for r in fetch(conn, "SELECT outbox_id FROM"
+                                                    " safetynet.outbox_dead_letters"
+                                                    " ORDER BY outbox_id")]
+    assert rows == ids[1:] and dead == [ids[1], ids[3]]
