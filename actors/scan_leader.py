@@ -39,16 +39,7 @@ from typing import Any
 import structlog
 import trio
 
-from actors.lock_keeper import (
-    DB_ERRORS,
-    CycleContext,
-    CycleStatus,
-    Lease,
-    LockConnection,
-    LockedJob,
-    _release,
-    _watch,
-)
+from actors.lock_keeper import DB_ERRORS, CycleContext, Lease, LockConnection, LockedJob
 from supervision.errors import describe
 from supervision.metrics import LEADER_GAUGES, LEASE_LOST, LEASE_TERM, LOCK_HELD
 
@@ -108,13 +99,13 @@ async def _lead(lease: LockedJob[Any], lock: LockConnection, held: Lease, work: 
     LOCK_HELD.labels(job=lease.name).set(1)
     LEASE_TERM.labels(job=lease.name).set(held.term)
     LEADER_GAUGES.standby = False
-    lost: CycleStatus | None = None
+    lost: str | None = None
     try:
         async with trio.open_nursery() as nursery:
 
             async def watchdog() -> None:
                 nonlocal lost
-                lost = await _watch(lease, lock, held)
+                lost = await _keep(lease, lock, held)
                 nursery.cancel_scope.cancel()
 
             async def scans(task_status: trio.TaskStatus[None]) -> None:
@@ -127,7 +118,39 @@ async def _lead(lease: LockedJob[Any], lock: LockConnection, held: Lease, work: 
         LEADER_GAUGES.standby = True
         LOCK_HELD.labels(job=lease.name).set(0)
         with trio.CancelScope(shield=True):
-            await _release(lease, lock, held, lost)
-    LEASE_LOST.labels(job=lease.name).inc()
+            await _give_back(lease, lock, held, lost)
+    if lost is not None:
+        LEASE_LOST.labels(job=lease.name).inc()
     log.warning("scan_leader_stepped_down", job=lease.name, term=held.term,
-                reason=str(lost or "work_exited"))
+                reason=lost or "work_exited")
+
+
+async def _keep(lease: LockedJob[Any], lock: LockConnection, held: Lease) -> str:
+    """Ping the lease's session and renew it every ``lock_ttl / 4`` until either fails
+    (as the lock keeper's watchdog does for a cycle); why it was lost."""
+    renew_every = max(lease.ping_interval, lease.lock_ttl / 4)
+    renewed_at = trio.current_time()
+    while True:
+        await trio.sleep(lease.ping_interval)
+        try:
+            if trio.current_time() - renewed_at >= renew_every:
+                if not await lock.renew(lease, held, limit=lease.ping_timeout):
+                    return "renewal_refused"  # frozen past lock_ttl: another replica leads
+                renewed_at = trio.current_time()
+            else:
+                await lock.query("advisory_lock_ping", lease.key, limit=lease.ping_timeout,
+                                 connect=False)
+        except DB_ERRORS as exc:
+            return f"lock_lost:{type(exc).__name__}"
+
+
+async def _give_back(lease: LockedJob[Any], lock: LockConnection, held: Lease,
+                     lost: str | None) -> None:
+    """Release the lease (a standby leads at its next try); a dead session is closed."""
+    if lost is not None and lost.startswith("lock_lost"):
+        lock.discard()
+        return
+    try:
+        await lock.release(lease, held)
+    except DB_ERRORS:
+        lock.discard()
