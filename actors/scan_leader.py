@@ -25,7 +25,9 @@ Inputs: the lease's timing (a :class:`~actors.lock_keeper.LockedJob`, whose cycl
 used), a DSN for the lease's own session, and *work*: started (``nursery.start``
 semantics) when the lease is taken, cancelled when it is lost or on shutdown. Restart
 type: permanent. An unreachable database: back-off, standby, no crash. *work* failing is
-this actor failing: the lease is given back first.
+this actor failing: the lease is given back first. A database without safetynet's schema
+(the lease cannot be read) is backed off like an unreachable one: the scans only read,
+and the job keepers are the ones that crash on it.
 
 What cancellation does: *work* is cancelled (it only reads), then the lease is given back
 in a shielded block (or the session closed, which frees it).
@@ -36,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 import structlog
 import trio
 
@@ -75,7 +78,9 @@ async def serve_scan_leader(
         while True:
             try:
                 held = await lock.acquire(lease)
-            except DB_ERRORS as exc:
+            except (*DB_ERRORS, psycopg.Error) as exc:
+                # unlike a job's keeper, a missing schema does not crash this actor: the
+                # scans only read, and the jobs' keepers already report it (escalating)
                 lock.discard()
                 failures += 1
                 log.warning("lock_connection_failed", job=lease.name, error=describe(exc),

@@ -12,9 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import structlog
 import tomli_w
+import trio
 
+from actors.lock_keeper import LockConnection, LockedJob
+from actors.scan_leader import SCAN_LEASE, no_cycle, serve_scan_leader
 from supervision.dev.stack import S3Server
+from supervision.metrics import LEADER_GAUGES
+from tests.integration.test_conference_reaper import wait_for
 from tests.integration.test_reload import free_port
 from tests.integration.test_shutdown import events
 from tests.waiting import wait_until
@@ -151,3 +157,76 @@ def test_a_killed_scan_leader_is_replaced_at_once(
         first.kill()
         if second is not None:
             second.kill()
+
+
+def fast_lease(ttl: float = 30.0) -> LockedJob[Any]:
+    return LockedJob(SCAN_LEASE, interval=0.1, lock_ttl=ttl, cycle=no_cycle,
+                     ping_interval=0.05, ping_timeout=0.5, reconnect_base=0.05,
+                     reconnect_cap=0.1)
+
+
+async def test_leader_whose_lease_was_taken_over_stops_its_scans_and_stands_by(
+        db_dsn: str) -> None:
+    """A leader frozen past its TTL (the lease expired and another holder took it) sees
+    its renewal refused: its scans are cancelled, it exports no database-wide gauge, and
+    it leads again once the lease is free."""
+    send, marks = trio.open_memory_channel[str](10)
+
+    async def scans(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        send.send_nowait("start")
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            send.send_nowait("stop")
+
+    async def next_mark() -> str:
+        with trio.fail_after(10):
+            return await marks.receive()
+
+    lease = fast_lease(ttl=0.4)
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_scan_leader, lease, db_dsn, scans)
+            assert await next_mark() == "start"
+            assert LEADER_GAUGES.standby is False
+            other = LockConnection(db_dsn)
+            with psycopg.connect(db_dsn, autocommit=True) as conn:  # frozen past its TTL
+                conn.execute("UPDATE safetynet.leases SET expires_at = clock_timestamp()"
+                             " WHERE job = %s", (SCAN_LEASE,))
+            taken = await other.acquire(fast_lease(ttl=60))
+            assert taken is not None
+            assert await next_mark() == "stop"
+            await wait_for(lambda: LEADER_GAUGES.standby)  # the step-down's last act
+            with trio.move_on_after(0.5):  # several tries while the other holds it
+                assert await marks.receive() is None, "led while another held the lease"
+            await other.release(fast_lease(ttl=60), taken)
+            assert await next_mark() == "start"
+            assert LEADER_GAUGES.standby is False
+            other.discard()
+            nursery.cancel_scope.cancel()
+    stepped = [e for e in logs if e["event"] == "scan_leader_stepped_down"]
+    assert [e["reason"] for e in stepped] == ["renewal_refused"]
+    assert [e["event"] for e in logs].count("scan_leader_elected") == 2
+
+
+async def test_scan_leader_without_the_schema_backs_off_and_never_crashes(
+        empty_db_dsn: str) -> None:
+    """On a database without safetynet's schema the lease cannot be read: the actor
+    stays a standby, retries with back-off and raises nothing (the scans never start)."""
+    started: list[str] = []
+
+    async def scans(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started.append("start")
+        task_status.started()
+
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_scan_leader, fast_lease(), empty_db_dsn, scans)
+            await wait_for(lambda: sum(e["event"] == "lock_connection_failed"
+                                       for e in logs) >= 3)
+            nursery.cancel_scope.cancel()
+    assert started == []
+    assert LEADER_GAUGES.standby is True
+    failed = [e for e in logs if e["event"] == "lock_connection_failed"]
+    assert "does not exist" in failed[0]["error"]
