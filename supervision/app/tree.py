@@ -48,6 +48,7 @@ from actors.s3.objectstore import ObjectStore
 from actors.scan_leader import scan_lease, serve_scan_leader
 from supervision.config import Config
 from supervision.database import Database
+from supervision.metrics import LEADER_GAUGES
 from supervision.pgconn import client_deadline, conninfo
 from supervision.queries import QUERIES
 from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
@@ -134,6 +135,9 @@ def build_tree(res: Resources) -> SupervisorSpec:
             Restart.PERMANENT, shutdown=1.0))
     scan_tree = SupervisorSpec("scans", scans, Strategy.ONE_FOR_ONE, intensity)
     lease = scan_lease()
+    # The exporter starts before the scan leader: until that leads, this process is a
+    # standby and exports none of the database-wide gauges (not even their zeros).
+    LEADER_GAUGES.standby = True
     children = [
         ChildSpec("metrics-exporter",
                   partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
