@@ -6,6 +6,7 @@ configuration and build context."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import re
 import shutil
@@ -30,10 +31,11 @@ UNIT = ROOT / "deploy" / "systemd" / "safetynet.service"
 KUBERNETES_VERSION = "1.32.0"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
-sys.path.insert(0, str(K8S))
-import generate_prometheusrule  # noqa: E402
-
-sys.path.remove(str(K8S))
+_spec = importlib.util.spec_from_file_location(
+    "generate_prometheusrule", K8S / "generate_prometheusrule.py")
+assert _spec is not None and _spec.loader is not None
+generate_prometheusrule = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate_prometheusrule)
 
 # Our schemas of the two Prometheus Operator CRDs (monitoring.coreos.com/v1), for the
 # fields these manifests use, written from the CRDs' openAPIV3Schema. Stricter than the
