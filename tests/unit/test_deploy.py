@@ -207,12 +207,14 @@ def test_deployment_runs_two_hardened_replicas_probed_on_health_endpoints() -> N
 
 
 def test_service_monitor_and_disruption_budget_select_the_daemon_pods() -> None:
-    """Service → pods, ServiceMonitor → Service and its named port, PDB → pods; the PDB
-    keeps one of the two replicas through voluntary disruptions."""
+    """Service → pods (unready ones too), ServiceMonitor → Service and its named port,
+    PDB → pods; the PDB keeps one of the two replicas through voluntary disruptions."""
     found = manifests()
     pod_labels = found["Deployment"]["spec"]["template"]["metadata"]["labels"]
     service = found["Service"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+    # unready pods (a configuration fault) are scraped too: their metrics raise the alert
+    assert service["spec"]["publishNotReadyAddresses"] is True
     monitor = found["ServiceMonitor"]["spec"]
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     service_ports = {p["name"]: p for p in service["spec"]["ports"]}
