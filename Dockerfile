@@ -25,7 +25,11 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
     && useradd --system --uid 10001 --no-create-home safetynet \
     && mkdir -p /etc/safetynet
 
-COPY config/production.example.toml /etc/safetynet/config.toml
+# No configuration is baked in: mount one at /etc/safetynet/config.toml (on Kubernetes the
+# ConfigMap of deploy/kubernetes/configmap.yaml) and pass secrets as SAFETYNET__* variables.
+# A baked example would either fail its own check (it names no secrets) or run a daemon
+# against a database nobody chose; tests/unit/test_deploy.py runs `safetynet check-config`
+# on any configuration this file copies in.
 
 USER 10001
 # /metrics, /healthz, /readyz (set http.listen = "0.0.0.0:9464" in the mounted config

@@ -16,7 +16,7 @@ LOCK_ARGS ?=
 COMPILE := $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 \
 	--generate-hashes $(LOCK_ARGS) pyproject.toml requirements/build.in
 
-.PHONY: install lock dev test lint types pytest reliability-report bad-input-report clean
+.PHONY: install lock dev test lint types pytest deploy-check reliability-report bad-input-report clean
 
 $(STAMP): $(LOCK) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,9 +36,20 @@ lock: $(STAMP)
 dev: $(STAMP)
 	$(VENV)/bin/safetynet dev
 
-lint: $(STAMP)
+# The Kubernetes release deploy/kubernetes/ is validated against (kubernetes-validate
+# ships its schemas: no network). tests/unit/test_deploy.py pins the same one.
+KUBERNETES_VERSION := 1.32.0
+
+lint: $(STAMP) deploy-check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/hadolint Dockerfile
+
+# deploy/kubernetes: built-in kinds strictly against the pinned release (the two
+# Prometheus Operator CRDs are checked against our schemas of them by
+# tests/unit/test_deploy.py), and the PrometheusRule regenerated from the alert rules.
+deploy-check: $(STAMP)
+	$(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBERNETES_VERSION) deploy/kubernetes/*.yaml
+	$(PY) deploy/kubernetes/generate_prometheusrule.py --check
 
 types: $(STAMP)
 	$(VENV)/bin/mypy

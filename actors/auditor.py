@@ -7,7 +7,9 @@ max_attempts). Outputs: the gauge ``safetynet_invariant_violations{invariant}`` 
 cheap invariant, 0 when it holds) and one ``invariant_violated`` warning per broken
 invariant with its count and first subjects. Each run is one read-only transaction of
 indexed, windowed, ``LIMIT``-ed queries (:mod:`actors.invariants`), bounded by the pool's
-statement timeout. Restart type: permanent. A run that fails is logged and counted
+statement timeout. In the daemon it runs only on the replica that holds the
+``database-scans`` lease (:mod:`actors.scan_leader`), so the audit's read load does not
+grow with the replica count. Restart type: permanent. A run that fails is logged and counted
 (``safetynet_audit_failed_total``); the gauge keeps its last values; the next tick retries.
 
 What cancellation does: a run in flight is abandoned (it only reads).
@@ -70,4 +72,5 @@ async def _run(db: Database, thresholds: Thresholds) -> None:
         AUDIT_FAILED.inc()
         log.warning("audit_failed", error=type(exc).__name__)
         return
+    log.debug("audit_ran", violations=len(violations))
     export(violations)

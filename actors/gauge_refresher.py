@@ -1,7 +1,10 @@
 """The gauge refresher: database-derived gauges from cheap queries on a timer.
 
 Inputs: the database and a list of refresh functions (one query each: finalize backlog and
-oldest age, outbox unpublished/oldest/blocked keys, reaper backlog). Outputs: gauge
+oldest age, outbox unpublished/oldest/blocked keys, reaper backlog, the server's NOTIFY
+queue usage). In the daemon it runs only on the replica that holds the ``database-scans``
+lease (:mod:`actors.scan_leader`): the same numbers from every replica would only
+multiply the read load. Outputs: gauge
 values. Scrapes never touch the database: ``/metrics`` shows the last refreshed values.
 Restart type: permanent. A failed refresh is logged and retried next tick; the gauges
 keep their last values (``/readyz`` reports the database itself).
@@ -24,6 +27,7 @@ from supervision.database import Database
 from supervision.errors import InfrastructureError
 from supervision.metrics import (
     CR_ACTIVE_BACKLOG,
+    NOTIFY_QUEUE_USAGE,
     OUTBOX_BLOCKED_KEYS,
     OUTBOX_OLDEST_AGE,
     OUTBOX_UNPUBLISHED,
@@ -68,7 +72,14 @@ def refresh_reaper_backlog(conn: psycopg.Connection, cfg: ConferenceReaperConfig
     CR_ACTIVE_BACKLOG.set(active_backlog(conn, cfg))
 
 
-DEFAULT_REFRESHES: tuple[Refresh, ...] = (refresh_finalize, refresh_outbox)
+def refresh_notification_queue(conn: psycopg.Connection) -> None:
+    row = conn.execute(QUERIES["notification_queue_usage"]).fetchone()
+    assert row is not None
+    NOTIFY_QUEUE_USAGE.set(float(row[0]))
+
+
+DEFAULT_REFRESHES: tuple[Refresh, ...] = (refresh_finalize, refresh_outbox,
+                                          refresh_notification_queue)
 
 
 async def serve_gauge_refresher(
@@ -80,10 +91,13 @@ async def serve_gauge_refresher(
     task_status.started()
     while True:
         await ticker.wait()
+        refreshed = 0
         for refresh in refreshes:
             try:
                 with trio.fail_after(max(1.0, interval)):
                     await db.run(refresh)
+                refreshed += 1
             except (InfrastructureError, psycopg.Error, trio.TooSlowError) as exc:
                 log.warning("gauge_refresh_failed", gauge=getattr(refresh, "__name__", "?"),
                             error=type(exc).__name__)
+        log.debug("gauges_refreshed", refreshed=refreshed, of=len(refreshes))

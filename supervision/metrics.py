@@ -8,7 +8,33 @@ the metrics exporter actor; nothing here formats text by hand. prometheus-client
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Iterable
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+
+class LeaderGauges(Collector):
+    """The database-wide gauges (backlogs, SLO counts, outbox lag, invariant violations,
+    the NOTIFY queue): one replica at a time scans for them (the holder of the
+    ``database-scans`` lease, :mod:`actors.scan_leader`), and a standby exports none of
+    them, so a replica that stopped leading never shows stale values. Exported unless
+    ``standby`` is set (a process that runs no scan leader, e.g. a test, exports them)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.standby = False
+
+    def collect(self) -> Iterable[Metric]:
+        return [] if self.standby else list(self.registry.collect())
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self.registry.collect())
+
+
+LEADER_GAUGES = LeaderGauges()
+_leader = LEADER_GAUGES.registry
 
 # ---- supervision (SPEC §8)
 ACTOR_RESTARTS = Counter(
@@ -34,10 +60,11 @@ CONFIG_FAULT = Gauge(
 # ---- recording-finalize (seed: Observability)
 RF_BACKLOG = Gauge(
     "messenger_recording_finalize_backlog",
-    "Pending recording finalize rows (exact up to 10,000, beyond: the planner's estimate).")
+    "Pending recording finalize rows (exact up to 10,000, beyond: the planner's estimate).",
+    registry=_leader)
 RF_OLDEST_AGE = Gauge(
     "messenger_recording_finalize_oldest_age_seconds",
-    "now - min(created_at) of the Pending finalize rows.")
+    "now - min(created_at) of the Pending finalize rows.", registry=_leader)
 RF_RECONCILED = Counter(
     "messenger_recording_finalize_reconciled", "Recordings reconciled to Available.")
 RF_FAILED = Counter(
@@ -59,13 +86,14 @@ RF_TRANSIENT = Counter(
 RF_STUCK = Gauge(
     "safetynet_recording_finalize_stuck",
     "Recordings non-terminal past finalize_sla_timeout + polling_interval (SLO: 0);"
-    " counted up to 1,000.")
+    " counted up to 1,000.", registry=_leader)
 RF_REPUBLISH_OVERDUE = Gauge(
     "safetynet_recording_finalize_republish_overdue",
-    "Available recordings still waiting for their event past one interval (SLO: 0).")
+    "Available recordings still waiting for their event past one interval (SLO: 0).",
+    registry=_leader)
 RF_QUARANTINED_ROWS = Gauge(
     "safetynet_recording_finalize_quarantined_rows",
-    "Finalize rows in quarantine now (runbook: inspect last_error, requeue).")
+    "Finalize rows in quarantine now (runbook: inspect last_error, requeue).", registry=_leader)
 RF_REDRIVEN = Counter(
     "safetynet_recording_finalize_redriven",
     "Quarantined finalize rows requeued by themselves once object storage was healthy "
@@ -88,10 +116,10 @@ OUTBOX_PUBLISH_FAILED = Counter(
 OUTBOX_DEAD_LETTERED = Counter(
     "safetynet_outbox_dead_lettered", "Outbox rows rejected permanently by Kafka.")
 OUTBOX_UNPUBLISHED = Gauge(
-    "safetynet_outbox_unpublished", "Outbox rows waiting to be published.")
+    "safetynet_outbox_unpublished", "Outbox rows waiting to be published.", registry=_leader)
 OUTBOX_OLDEST_AGE = Gauge(
     "safetynet_outbox_oldest_unpublished_age_seconds",
-    "Age of the oldest outbox row waiting to be published.")
+    "Age of the oldest outbox row waiting to be published.", registry=_leader)
 LISTENER_CONNECTED = Gauge(
     "safetynet_outbox_listener_connected",
     "1 while the outbox listener's LISTEN is in place (else the relay polls).")
@@ -100,7 +128,8 @@ LISTENER_RECONNECTS = Counter(
     "Times the outbox listener's LISTEN was back in place after its connection was lost.")
 OUTBOX_BLOCKED_KEYS = Gauge(
     "safetynet_outbox_blocked_keys",
-    "Message keys held back behind a dead-lettered row (needs an operator).")
+    "Message keys held back behind a dead-lettered row (needs an operator).",
+    registry=_leader)
 
 # ---- conference-reaper (seed: Observability)
 CR_RUNS = Counter(
@@ -115,7 +144,7 @@ CR_ITEMS = Counter(
     ["outcome"])
 CR_ACTIVE_BACKLOG = Gauge(
     "messenger_conf_reaper_active_backlog",
-    "Active (Provisioning/Active) conferences whose window is exceeded.")
+    "Active (Provisioning/Active) conferences whose window is exceeded.", registry=_leader)
 CR_SKIP_LOCKED = Counter(
     "messenger_conf_reaper_skip_locked",
     "Due conferences skipped because another transaction held them.")
@@ -135,7 +164,16 @@ INVARIANT_VIOLATIONS = Gauge(
     "safetynet_invariant_violations",
     "Violations of each invariant the auditor found in its last run (SQL-only invariants, "
     "over audit.window; saturates at audit.max_violations). Runbook: safetynet audit.",
-    ["invariant"])
+    ["invariant"], registry=_leader)
 AUDIT_FAILED = Counter(
     "safetynet_audit_failed", "Auditor runs that could not judge (the database did not "
     "answer in time); the gauge keeps its last values.")
+
+# ---- PostgreSQL (issue 28): the NOTIFY queue the outbox trigger and the listener share
+NOTIFY_QUEUE_USAGE = Gauge(
+    "safetynet_pg_notification_queue_usage",
+    "pg_notification_queue_usage(): the fraction (0-1) of PostgreSQL's NOTIFY queue in use. "
+    "A listener that stops consuming fills it; full, every NOTIFY (and so every committing "
+    "transaction of the outbox trigger) fails.", registry=_leader)
+
+REGISTRY.register(LEADER_GAUGES)

@@ -34,6 +34,11 @@ replaces the successor waiting to run (one arriving while a successor runs is ru
 after it, and its tree starts); a SIGHUP during shutdown is ignored, and a shutdown
 requested while a successor runs starts no new tree.
 
+Under systemd (``Type=notify``, deploy/systemd): READY=1 once every child of the tree has
+started (again after a reload, which first sends RELOADING=1), STOPPING=1 on the first
+signal or an escalation, and, with ``WatchdogSec``, WATCHDOG=1 at half the interval for as
+long as ``/healthz`` would answer 200 (:mod:`supervision.systemd_notify`).
+
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
 """
@@ -53,6 +58,7 @@ from supervision.health import HEALTH, RootState
 from supervision.shielding import StopGuard, guarded_by
 from supervision.spec import SupervisorSpec
 from supervision.supervisor import RestartIntensityExceeded, describe, serve_supervisor
+from supervision.systemd_notify import notify, reloading, serve_watchdog, watchdog_interval
 
 log = structlog.get_logger("runtime")
 
@@ -107,6 +113,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
 
     def escalating(exc: RestartIntensityExceeded) -> None:
         HEALTH.set_root(RootState.ESCALATING, f"{exc.actor} exceeded its restart intensity")
+        notify("STOPPING=1", f"STATUS={exc.actor} exceeded its restart intensity")
     try:
         with guarded_by(guard), trio.open_signal_receiver(*signums) as signals:
             async with trio.open_nursery() as nursery:
@@ -118,7 +125,8 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                     while True:
                         try:
                             with current.scope, guarded_by(current.guard):
-                                await serve_supervisor(current.spec, on_escalation=escalating)
+                                await serve_supervisor(current.spec, on_escalation=escalating,
+                                                       task_status=_TreeRunning(current.spec))
                         finally:
                             current.guard.detach()
                             current.done.set()
@@ -149,6 +157,9 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                         old.guard.hard_stop()
 
                 nursery.start_soon(run_trees)
+                watchdog = watchdog_interval()
+                if watchdog is not None:  # systemd's WatchdogSec (deploy/systemd)
+                    nursery.start_soon(serve_watchdog, _healthy, watchdog)
                 log.info("daemon_started", supervisor=tree.name)
                 async for signum in signals:
                     name = signal.Signals(signum).name
@@ -162,6 +173,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                             continue
                         stopping = current.successor is not None
                         current.successor = successor
+                        reloading()  # READY=1 again once the new tree runs
                         if not stopping:
                             current.scope.cancel()
                             nursery.start_soon(hard_stop_generation_after_grace, current)
@@ -170,6 +182,7 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                         log.info("shutdown_requested", signal=name,
                                  grace_s=shutdown_grace)
                         HEALTH.set_root(RootState.SHUTTING_DOWN, name)
+                        notify("STOPPING=1", f"STATUS=stopping on {name}")
                         current.scope.cancel()
                         nursery.start_soon(hard_stop_after_grace)
                     else:
@@ -187,6 +200,21 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
         return EXIT_FAILED
     log.info("daemon_stopped")
     return EXIT_OK
+
+
+@attrs.frozen
+class _TreeRunning:
+    """The root tree's ``task_status``: once every child started, systemd hears READY=1."""
+
+    spec: SupervisorSpec
+
+    def started(self, value: object = None) -> None:
+        notify("READY=1", f"STATUS=tree {self.spec.name} running")
+
+
+def _healthy() -> bool:
+    """The watchdog's check: the one ``/healthz`` answers (the root runs the tree)."""
+    return HEALTH.liveness_reason() is None
 
 
 def _first_leaf(group: BaseExceptionGroup[RestartIntensityExceeded]) -> RestartIntensityExceeded:

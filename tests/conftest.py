@@ -15,6 +15,7 @@ from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
 from supervision.health import HEALTH, RootState
 from supervision.logs import configure_logging
+from supervision.metrics import LEADER_GAUGES
 from supervision.migrate import migrate
 from tests.logscan import KNOWN_SECRETS, leaks
 
@@ -27,10 +28,12 @@ TEST_SECRETS = {"media-bearer-token", "very-secret-key", "hunter2"}
 def fresh_health() -> None:
     """The process-wide readiness state starts clean for every test: a test that ran a
     root to its SIGTERM, or left a configuration fault, does not make the next one's
-    /readyz 503."""
+    /readyz 503. Likewise a scan leader that stood by leaves the database-wide gauges
+    exported again."""
     for component in list(HEALTH.faults):
         HEALTH.clear_fault(component)
     HEALTH.set_root(RootState.RUNNING)
+    LEADER_GAUGES.standby = False
 
 
 @pytest.fixture(autouse=True)

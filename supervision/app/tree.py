@@ -2,7 +2,10 @@
 
     safetynet                               one_for_one
     ├── metrics-exporter                    permanent   /metrics /healthz /readyz
-    ├── gauge-refresher                     permanent   backlog gauges from cheap queries
+    ├── scan-leader:database-scans          permanent   sticky lease; while held, runs:
+    │   └── scans                           one_for_one (one replica at a time)
+    │       ├── gauge-refresher             permanent   backlog gauges from cheap queries
+    │       └── auditor                     permanent   SQL invariants every audit.interval
     ├── outbox                              rest_for_one
     │   ├── outbox-listener                 permanent   LISTEN → wake the relay
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
@@ -42,8 +45,10 @@ from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
 from actors.outbox_relay import RelayCounts, RelayJob, relay_idle, run_relay_cycle
 from actors.recording_finalize import FinalizeJob, run_finalize_cycle
 from actors.s3.objectstore import ObjectStore
+from actors.scan_leader import scan_lease, serve_scan_leader
 from supervision.config import Config
 from supervision.database import Database
+from supervision.metrics import LEADER_GAUGES
 from supervision.pgconn import client_deadline, conninfo
 from supervision.queries import QUERIES
 from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
@@ -120,12 +125,28 @@ def build_tree(res: Resources) -> SupervisorSpec:
     lock_dsn, listen_dsn = conninfo(pg, "safetynet-lock"), conninfo(pg, APPLICATION_NAME)
     deadline = client_deadline(pg)
     readiness = Readiness(partial(res.db.run, ping))
+    scans = [ChildSpec("gauge-refresher",
+                       partial(serve_gauge_refresher, res.db, refreshes(res)),
+                       Restart.PERMANENT, shutdown=1.0)]
+    if res.cfg.audit.enabled:
+        scans.append(ChildSpec(
+            "auditor", partial(serve_auditor, res.db, Thresholds.from_config(res.cfg),
+                               res.cfg.audit.interval),
+            Restart.PERMANENT, shutdown=1.0))
+    scan_tree = SupervisorSpec("scans", scans, Strategy.ONE_FOR_ONE, intensity)
+    lease = scan_lease()
+    # The exporter starts before the scan leader: until that leads, this process is a
+    # standby and exports none of the database-wide gauges (not even their zeros).
+    LEADER_GAUGES.standby = True
     children = [
         ChildSpec("metrics-exporter",
                   partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
                   Restart.PERMANENT, shutdown=1.0),
-        ChildSpec("gauge-refresher", partial(serve_gauge_refresher, res.db, refreshes(res)),
-                  Restart.PERMANENT, shutdown=1.0),
+        # database-wide reads on one replica at a time (actors/scan_leader.py)
+        ChildSpec(f"scan-leader:{lease.name}",
+                  partial(serve_scan_leader, lease, lock_dsn,
+                          partial(serve_supervisor, scan_tree), deadline=deadline),
+                  Restart.PERMANENT, shutdown=2.0),
     ]
     if res.cfg.outbox_relay.enabled:
         outbox = SupervisorSpec("outbox", [
@@ -150,9 +171,4 @@ def build_tree(res: Resources) -> SupervisorSpec:
     )
     children.append(ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,
                               shutdown=grace))
-    if res.cfg.audit.enabled:
-        children.append(ChildSpec(
-            "auditor", partial(serve_auditor, res.db, Thresholds.from_config(res.cfg),
-                               res.cfg.audit.interval),
-            Restart.PERMANENT, shutdown=1.0))
     return SupervisorSpec("safetynet", children, Strategy.ONE_FOR_ONE, intensity)

@@ -24,6 +24,7 @@ PROMQL_WORDS = {
     "or", "unless", "on", "ignoring", "histogram_quantile", "le", "outcome", "actor",
     "component", "job", "status", "kind", "offset", "bool", "clamp_min", "abs", "irate",
     "topk", "time", "vector", "absent", "labels", "summary", "severity", "invariant",
+    "max_over_time",
 }
 
 
