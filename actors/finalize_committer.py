@@ -89,7 +89,7 @@ class EffectKind(enum.Enum):
     TRANSIENT = "transient"  # back-off kept (or quarantined at max_attempts)
     QUARANTINED = "quarantined"  # poison or bad data
     DEFERRED = "deferred"  # the breaker opened before its HEAD: given back untouched
-    WITHHELD = "withheld"  # past max_failed_per_cycle: given back untouched
+    WITHHELD = "withheld"  # Missing without evidence: given back untouched
     UNCLAIMED = "unclaimed"  # a configuration fault: given back untouched
 
 
