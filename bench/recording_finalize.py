@@ -249,6 +249,9 @@ class TimedStore:
     async def probe(self) -> Any:
         return await self._store.probe()
 
+    async def list_recordings(self) -> Any:
+        return await self._store.list_recordings()
+
     async def head_recording(self, recording_id: str) -> Any:
         started = time.perf_counter()
         try:
@@ -312,7 +315,8 @@ async def drain(cfg: Config, wrap_db: Any = None, wrap_store: Any = TimedStore
         db = wrap_db(res.db) if wrap_db else res.db
         store = wrap_store(res.store)
         job = FinalizeJob(cfg.jobs.recording_finalize, cfg.s3.concurrency, db,
-                          store, res.wakeup.wake)  # type: ignore[arg-type]
+                          store, res.wakeup.wake,  # type: ignore[arg-type]
+                          bucket=cfg.s3.bucket, key_prefix=cfg.s3.key_prefix)
         started = time.perf_counter()
         while True:
             counts = await run_finalize_cycle(job, CycleContext(JOB, str(uuid.uuid4())))
