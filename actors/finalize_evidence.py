@@ -154,10 +154,10 @@ class VerdictGate:
         return released
 
     def close(self, breaker_open: bool) -> list[RowOutcome]:
-        """The held rows, once no HEAD of the cycle is left: Missing ones withheld (or,
-        when the breaker opened, deferred: the store was not answering well enough to
-        judge); unusable types a configuration fault from
-        :data:`CONTENT_TYPE_FAULT_MIN` on, else poison each."""
+        """The held rows, once no HEAD of the cycle is left: Missing ones withheld;
+        unusable types a configuration fault from :data:`CONTENT_TYPE_FAULT_MIN` on, else
+        poison each. When the breaker opened, every held row is deferred instead: the
+        store was not answering well enough to judge."""
         out: list[RowOutcome] = []
         for row in self.held_missing:
             out.append(RowOutcome(row, NotAttempted("s3_breaker_open") if breaker_open
@@ -165,7 +165,9 @@ class VerdictGate:
         if not breaker_open:
             self.withheld = len(self.held_missing)
         self.held_missing = []
-        if len(self.held_types) >= CONTENT_TYPE_FAULT_MIN:
+        if breaker_open:  # the cycle stopped short: judge these rows next time
+            out += [RowOutcome(o.row, NotAttempted("s3_breaker_open")) for o in self.held_types]
+        elif len(self.held_types) >= CONTENT_TYPE_FAULT_MIN:
             first = self.held_types[0].decision
             assert isinstance(first, Poison)
             kind = first.error.removeprefix("content_type_").removeprefix("unknown:")

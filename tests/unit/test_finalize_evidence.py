@@ -87,13 +87,15 @@ def test_an_unreadable_response_is_no_evidence() -> None:
 
 
 def test_when_the_breaker_opened_held_missing_rows_are_deferred_not_withheld() -> None:
-    """A store that stopped answering well cannot be judged: the held rows are given back
-    as never attempted, and no evidence fault is counted."""
-    gate = VerdictGate()
-    gate.judge(row(0), Missing())
-    assert gate.close(breaker_open=True) == [
-        RowOutcome(row(0), NotAttempted("s3_breaker_open"))]
-    assert gate.withheld == 0
+    """A store that stopped answering well cannot be judged: the held rows (404s and
+    unusable types alike) are given back as never attempted, and no fault is counted."""
+    for heads in ([Missing()], [OCTET, OCTET, OCTET]):
+        gate = VerdictGate()
+        for n, head in enumerate(heads):
+            assert gate.judge(row(n), head) == []
+        assert gate.close(breaker_open=True) == [
+            RowOutcome(row(n), NotAttempted("s3_breaker_open")) for n in range(len(heads))]
+        assert (gate.withheld, gate.types_fault) == (0, None)
 
 
 def test_every_found_object_octet_stream_is_a_configuration_fault() -> None:
