@@ -14,8 +14,10 @@ so), so the next claim starts as soon as the previous one is queued: claimed ahe
 the pool works the queued rows. At high ``s3.concurrency`` a claim must hold more than the
 pool works during one claim transaction: ``batch_size`` >= 2 x the reconciler pool
 (4 x ``s3.concurrency``) keeps every connection busy (bench/latency_drain.py). It claims
-until nothing is due, the cycle's ``max_run_duration`` is reached, the breaker opens, or
-the cycle's ``max_failed_per_cycle`` Missing verdicts are spent.
+until nothing is due, the cycle's ``max_run_duration`` is reached, or the breaker opens —
+never stops because Missing verdicts are held for want of evidence
+(:mod:`actors.finalize_evidence`): a held row is not given back before the claimer is
+done, so it cannot be claimed twice in one cycle, and found rows keep flowing.
 
 What cancellation does: a claim in flight commits or rolls back whole (``atomic``); rows
 already claimed but not yet committed keep their pre-incremented attempt and come back
@@ -30,7 +32,7 @@ import structlog
 import trio
 
 from actors.finalize_messages import BadRow, ClaimedRow, ClaimPhase, RowOutcome, Terminal
-from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
+from actors.finalize_state import Breaker, FinalizeCounts
 from actors.finalize_store import claim_due
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
@@ -39,7 +41,7 @@ log = structlog.get_logger("finalize_claimer")
 
 async def run_finalize_claimer(
     db: Database, cfg: RecordingFinalizeConfig, as_of: dt.datetime, deadline: float,
-    breaker: Breaker, budget: VerdictBudget, counts: FinalizeCounts, s3_down: bool,
+    breaker: Breaker, counts: FinalizeCounts, s3_down: bool,
     to_reconcile: trio.MemorySendChannel[ClaimedRow],
     to_commit: trio.MemorySendChannel[RowOutcome], size: int | None = None,
 ) -> None:
@@ -47,7 +49,7 @@ async def run_finalize_claimer(
     send channels when done (ends the pipeline)."""
     size = size or cfg.batch_size
     async with to_reconcile, to_commit:
-        while trio.current_time() < deadline and not breaker.open and not budget.spent:
+        while trio.current_time() < deadline and not breaker.open:
             claim = await db.atomic(claim_due, cfg, as_of, s3_down or breaker.open, size)
             counts.skipped_locked += claim.skipped_locked
             counts.rescheduled += claim.rescheduled

@@ -58,8 +58,9 @@ from actors.finalize_store import (
     quarantine,
     record_transient,
     unclaim,
+    unclaim_many,
 )
-from actors.s3.objectstore import Found, Missing, Poison, Transient
+from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database, DataProblem
 from supervision.metrics import (
@@ -89,7 +90,7 @@ class EffectKind(enum.Enum):
     TRANSIENT = "transient"  # back-off kept (or quarantined at max_attempts)
     QUARANTINED = "quarantined"  # poison or bad data
     DEFERRED = "deferred"  # the breaker opened before its HEAD: given back untouched
-    WITHHELD = "withheld"  # past max_failed_per_cycle: given back untouched
+    WITHHELD = "withheld"  # Missing without evidence: given back untouched
     UNCLAIMED = "unclaimed"  # a configuration fault: given back untouched
 
 
@@ -125,16 +126,24 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
         return Effect(EffectKind.QUARANTINED,
                       status=AttemptStatus.QUARANTINED if done else None, reason=reason)
     unclaim(conn, row)
-    if isinstance(decision, Withheld):
+    return given_back(outcome)
+
+
+def given_back(outcome: RowOutcome) -> Effect:
+    """The effect of giving *outcome*'s row back untouched, by why it was."""
+    if isinstance(outcome.decision, Withheld):
         return Effect(EffectKind.WITHHELD)
-    return Effect(EffectKind.DEFERRED if isinstance(decision, NotAttempted)
+    return Effect(EffectKind.DEFERRED if isinstance(outcome.decision, NotAttempted)
                   else EffectKind.UNCLAIMED)
+
+
+GivenBack = Withheld | NotAttempted | Fault  # decisions whose rows are given back untouched
 
 
 @attrs.frozen
 class OutcomeGroup:
-    """Outcomes of one kind (AVAILABLE or FAILED) applied together by one set-based
-    statement."""
+    """Outcomes of one kind (AVAILABLE, FAILED, or given back: UNCLAIMED) applied together
+    by one set-based statement."""
 
     kind: EffectKind
     outcomes: list[RowOutcome]
@@ -147,6 +156,9 @@ def apply_unit(conn: psycopg.Connection, unit: RowOutcome | OutcomeGroup, job_ru
                  else attrs.asdict(o.decision)) for o in unit.outcomes]
         return [Effect(EffectKind.AVAILABLE, applied=a)
                 for a in publish_available(conn, rows, job_run_id)]
+    if isinstance(unit, OutcomeGroup) and unit.kind is EffectKind.UNCLAIMED:
+        unclaim_many(conn, [o.row for o in unit.outcomes])
+        return [given_back(o) for o in unit.outcomes]
     if isinstance(unit, OutcomeGroup):
         return [Effect(EffectKind.FAILED, applied=a)
                 for a in fail_timeout(conn, [o.row for o in unit.outcomes])]
@@ -154,14 +166,18 @@ def apply_unit(conn: psycopg.Connection, unit: RowOutcome | OutcomeGroup, job_ru
 
 
 def plan_units(group: list[RowOutcome]) -> list[RowOutcome | OutcomeGroup]:
-    """The Available rows as one unit, the Missing ones as another (each only when more
-    than one), every other outcome a unit of its own."""
+    """The Available rows as one unit, the Missing ones as another, the rows given back
+    untouched as a third (each only when more than one), every other outcome a unit of
+    its own."""
     available = [o for o in group if isinstance(o.decision, Found | Terminal)]
     missing = [o for o in group if isinstance(o.decision, Missing)]
+    back = [o for o in group if isinstance(o.decision, GivenBack)]
     units: list[RowOutcome | OutcomeGroup] = []
-    for kind, outcomes in ((EffectKind.AVAILABLE, available), (EffectKind.FAILED, missing)):
+    for kind, outcomes in ((EffectKind.AVAILABLE, available), (EffectKind.FAILED, missing),
+                           (EffectKind.UNCLAIMED, back)):
         units += [OutcomeGroup(kind, outcomes)] if len(outcomes) > 1 else outcomes
-    return units + [o for o in group if not isinstance(o.decision, Found | Terminal | Missing)]
+    return units + [o for o in group
+                    if not isinstance(o.decision, Found | Terminal | Missing | GivenBack)]
 
 
 async def run_finalize_committer(

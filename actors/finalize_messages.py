@@ -73,8 +73,10 @@ class NotAttempted:
 
 @attrs.frozen
 class Withheld:
-    """A Missing verdict past the cycle's ``max_failed_per_cycle``: give the row back
-    untouched (not an attempt); a later cycle judges it again."""
+    """A Missing verdict without evidence that the 404 means "not uploaded" (*reason*):
+    give the row back untouched (not an attempt); a later cycle judges it again."""
+
+    reason: str
 
 
 Decision: TypeAlias = (Found | Missing | Transient | Fault | Poison | Terminal | BadRow

@@ -20,39 +20,13 @@ class FinalizeCounts:
     duration_ms: int = 0
     rescheduled: int = 0  # session not ended / SLA not passed: not an attempt
     config_fault: int = 0  # rows given back untouched because of a configuration fault
+    # (a fault met mid-cycle, or every found object's Content-Type unusable)
     deferred: int = 0  # rows given back untouched because the outage breaker opened
-    withheld: int = 0  # Missing verdicts past max_failed_per_cycle: given back untouched
+    withheld: int = 0  # Missing verdicts without evidence: given back untouched
     redriven: int = 0  # quarantined rows requeued by the self-healing quarantine
 
     def as_json(self) -> dict[str, int]:
         return attrs.asdict(self)
-
-
-@attrs.define
-class VerdictBudget:
-    """At most ``limit`` Missing (→ Failed/Timeout) verdicts per cycle.
-
-    The second line behind the canaries: if a configuration they cannot see makes present
-    objects answer 404, a cycle does at most ``limit`` irreversible wrong verdicts. Once
-    it is spent the claimer stops, and further Missing outcomes are given back untouched
-    (``withheld``); Found outcomes are still committed.
-    """
-
-    limit: int
-    missing: int = 0
-    withheld: int = 0
-
-    @property
-    def spent(self) -> bool:
-        return self.missing >= self.limit
-
-    def take(self) -> bool:
-        """Count one Missing verdict; False when it must be withheld."""
-        if self.spent:
-            self.withheld += 1
-            return False
-        self.missing += 1
-        return True
 
 
 @attrs.define

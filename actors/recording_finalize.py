@@ -6,10 +6,12 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
     probe bucket + object path + objects known to exist ──fault──▶ readiness 503, alert,
          │ transient ─▶ breaker open: claim only rows that need no HEAD      claim nothing
-         ▼
+         ▼ evidence: known object found / recordings listed / operator acceptance / none
     claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
-      (claims of batch_size rows, the next one while the pool works the last)
-        └──────────────RowOutcome (terminal, poison)───────────────────────────▶
+      (claims of batch_size rows,        │ verdict gate: Missing held until evidence,  ▲
+       the next one while the pool       │ unusable Content-Type until a usable one    │
+       works the last)                   └── at the end: held rows given back ─────────┤
+        └──────────────RowOutcome (terminal, poison)────────────────────────────────────┘
 
 After a green probe, rows quarantined for an object-storage failure are requeued once S3
 has been healthy for ``redrive_after`` (:mod:`actors.finalize_redrive`, one batch per
@@ -18,12 +20,16 @@ after the pipeline. AsOf is the database clock, read once. The claimer ends the 
 when nothing is due, at ``max_run_duration``, or when the breaker opens; closing its
 channels drains the pool and then the committers, so the cycle returns only after every
 claimed row has been committed (or, when cancelled, each row committed or rolled back
-whole). At most ``max_failed_per_cycle`` Missing verdicts are given per cycle; past that
-the claimer stops and later Missing rows are given back untouched (``withheld``, alert).
+whole). A Missing verdict needs evidence that the configuration points where the
+binaries are (:mod:`actors.finalize_evidence`): without any, those rows are given back
+untouched at the end of the cycle (``withheld``), readiness is 503 and an alert fires; the
+found rows of the same cycle are not slowed. Every found object with an unusable
+Content-Type (at least a few) is a configuration fault the same way.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from functools import partial
 
@@ -32,12 +38,12 @@ import structlog
 import trio
 
 from actors.cycle_frame import RunStatus, cycle_frame
-from actors.finalize_canary import check_known_present
 from actors.finalize_claimer import run_finalize_claimer
 from actors.finalize_committer import run_finalize_committer
+from actors.finalize_evidence import NO_EVIDENCE, VerdictGate, gather_evidence
 from actors.finalize_messages import ClaimedRow, RowOutcome
 from actors.finalize_redrive import observe_s3, redrive_quarantined
-from actors.finalize_state import Breaker, FinalizeCounts, VerdictBudget
+from actors.finalize_state import Breaker, FinalizeCounts
 from actors.finalize_store import db_now
 from actors.gauge_refresher import refresh_finalize
 from actors.lock_keeper import CycleContext
@@ -55,6 +61,8 @@ from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("recording_finalize")
 JOB = "recording-finalize"
+EVIDENCE_FAULT = "s3_evidence"  # readiness component: Missing verdicts withheld
+CONTENT_TYPE_FAULT = "s3_content_type"  # readiness component: no usable Content-Type
 
 
 @attrs.frozen
@@ -66,6 +74,8 @@ class FinalizeJob:
     wake_relay: Callable[[], None] = no_wakeup
     breaker_threshold: int = 5
     committers: int = 2
+    bucket: str = ""  # s3.bucket and s3.key_prefix: what an operator's acceptance names
+    key_prefix: str = ""
 
 
 async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCounts:
@@ -79,10 +89,15 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
         as_of = await job.db.run(db_now)
         log.info("cycle_started", as_of=as_of.isoformat())
         probe = await job.store.probe()
+        evidence = None
         if isinstance(probe, Found):
-            probe = await check_known_present(job.db, job.store)
+            start = await gather_evidence(job.db, job.store, job.bucket, job.key_prefix)
+            if isinstance(start, Fault | Transient):
+                probe = start
+            else:
+                evidence = start
         breaker = Breaker(job.breaker_threshold)
-        budget = VerdictBudget(job.cfg.max_failed_per_cycle)
+        gate = VerdictGate(evidence=evidence)
         if isinstance(probe, Fault):
             HEALTH.set_fault("s3", probe.error)
             log.error("config_fault", component="s3", error=probe.error)
@@ -109,22 +124,55 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
                 nursery.start_soon(partial(
                     run_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
                     outcomes_recv.clone(), job.wake_relay, gather_turn))
-            for _ in range(pool):
-                nursery.start_soon(run_s3_reconciler, job.store, breaker, budget,
-                                   rows_recv.clone(), outcomes_send.clone())
             nursery.start_soon(partial(
-                run_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, budget,
-                counts, s3_down, rows_send, outcomes_send, size))
+                _claim_and_reconcile, job, as_of, deadline, breaker, gate, counts, s3_down,
+                [rows_recv.clone() for _ in range(pool)], rows_send, outcomes_send))
         if breaker.fault is not None:
             HEALTH.set_fault("s3", breaker.fault)
             log.error("config_fault", component="s3", error=breaker.fault)
         elif breaker.open and not s3_down:
             log.warning("s3_breaker_opened", consecutive_transient=breaker.threshold)
         await observe_s3(job.db, job.cfg, healthy=not s3_down and breaker.healthy)
-        if budget.withheld:
-            log.error("missing_verdicts_withheld", failed=budget.missing,
-                      withheld=budget.withheld, limit=budget.limit)
+        _judge_cycle(job, gate, judged=not s3_down and not breaker.open)
     return counts
+
+
+async def _claim_and_reconcile(
+    job: FinalizeJob, as_of: dt.datetime, deadline: float, breaker: Breaker,
+    gate: VerdictGate, counts: FinalizeCounts, s3_down: bool,
+    inboxes: list[trio.MemoryReceiveChannel[ClaimedRow]],
+    rows_send: trio.MemorySendChannel[ClaimedRow],
+    outcomes_send: trio.MemorySendChannel[RowOutcome],
+) -> None:
+    """The claimer and the reconciler pool; once both are done, the rows the verdict gate
+    still holds go to the committers (given back untouched, or poison)."""
+    async with outcomes_send:
+        async with trio.open_nursery() as nursery:
+            for inbox in inboxes:
+                nursery.start_soon(run_s3_reconciler, job.store, breaker, gate, inbox,
+                                   outcomes_send.clone())
+            nursery.start_soon(partial(
+                run_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, counts,
+                s3_down, rows_send, outcomes_send.clone(), job.cfg.batch_size))
+        for outcome in gate.close(breaker_open=breaker.open):
+            await outcomes_send.send(outcome)
+
+
+def _judge_cycle(job: FinalizeJob, gate: VerdictGate, judged: bool) -> None:
+    """Readiness and the logs after a cycle that ran its claim: a fault for withheld
+    verdicts and for unusable Content-Types, cleared by a cycle that could judge (S3 up,
+    the breaker closed) without them."""
+    if gate.withheld:
+        HEALTH.set_fault(EVIDENCE_FAULT, NO_EVIDENCE)
+        log.error("missing_verdicts_withheld", reason=NO_EVIDENCE, withheld=gate.withheld,
+                  key_prefix=job.key_prefix)
+    elif judged:
+        HEALTH.clear_fault(EVIDENCE_FAULT)
+    if gate.types_fault is not None:
+        HEALTH.set_fault(CONTENT_TYPE_FAULT, gate.types_fault)
+        log.error("config_fault", component=CONTENT_TYPE_FAULT, error=gate.types_fault)
+    elif judged:
+        HEALTH.clear_fault(CONTENT_TYPE_FAULT)
 
 
 async def refresh_gauges(db: Database) -> None:

@@ -13,9 +13,10 @@ attempted, so they are given back untouched (attempts and next_attempt_at as bef
 claim), as after a configuration fault. Only rows whose HEAD really failed keep the
 attempt they were claimed with.
 
-At most ``max_failed_per_cycle`` Missing outcomes per cycle go on as verdicts
-(:class:`~actors.finalize_state.VerdictBudget`); later ones are :class:`Withheld`: the row
-is given back untouched, so a 404 storm nobody expected cannot fail the whole backlog.
+Every outcome passes the cycle's :class:`~actors.finalize_evidence.VerdictGate`: a Missing
+one waits there until the cycle has evidence that its 404s mean "not uploaded" (then it
+goes on, with every other held one), and an unusable Content-Type until an object with a
+usable one is found; nothing else waits, so a found row goes straight on.
 
 When no S3 worker process can run (it died and may not restart yet, or cannot start),
 nothing is sent: the row is given back untouched and the breaker opens, so a broken
@@ -30,9 +31,10 @@ from __future__ import annotations
 import structlog
 import trio
 
-from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome, Withheld
-from actors.finalize_state import Breaker, VerdictBudget
-from actors.s3.objectstore import Fault, HeadOutcome, Missing, ObjectStore, Transient
+from actors.finalize_evidence import VerdictGate
+from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome
+from actors.finalize_state import Breaker
+from actors.s3.objectstore import Fault, HeadOutcome, ObjectStore, Transient
 from actors.s3.process import NOT_SENT
 
 log = structlog.get_logger("s3_reconciler")
@@ -45,28 +47,27 @@ def pool_size(concurrency: int) -> int:
 
 
 async def run_s3_reconciler(
-    store: ObjectStore, breaker: Breaker, budget: VerdictBudget,
+    store: ObjectStore, breaker: Breaker, gate: VerdictGate,
     inbox: trio.MemoryReceiveChannel[ClaimedRow],
     outbox: trio.MemorySendChannel[RowOutcome],
 ) -> None:
     """One worker of the pool: runs until *inbox* is closed and drained."""
     async with outbox:
         async for row in inbox:
-            outcome: HeadOutcome | NotAttempted | Withheld
             if breaker.fault is not None:
-                outcome = Fault(breaker.fault)
-            elif breaker.open:
-                outcome = NotAttempted("s3_breaker_open")
+                await outbox.send(RowOutcome(row, Fault(breaker.fault)))
+                continue
+            if breaker.open:
+                await outbox.send(RowOutcome(row, NotAttempted("s3_breaker_open")))
+                continue
+            outcome: HeadOutcome = await store.head_recording(row.recording_id)
+            if isinstance(outcome, Fault):
+                breaker.trip(outcome.error)
+            elif isinstance(outcome, Transient) and outcome.error == NOT_SENT:
+                breaker.trip()  # no S3 worker: nothing went out
+                await outbox.send(RowOutcome(row, NotAttempted(NOT_SENT)))
+                continue
             else:
-                outcome = await store.head_recording(row.recording_id)
-                if isinstance(outcome, Fault):
-                    breaker.trip(outcome.error)
-                elif isinstance(outcome, Transient) and outcome.error == NOT_SENT:
-                    # no S3 worker: nothing went out
-                    breaker.trip()
-                    outcome = NotAttempted(NOT_SENT)
-                else:
-                    breaker.record(isinstance(outcome, Transient))
-                if isinstance(outcome, Missing) and not budget.take():
-                    outcome = Withheld()
-            await outbox.send(RowOutcome(row, outcome))
+                breaker.record(isinstance(outcome, Transient))
+            for decided in gate.judge(row, outcome):
+                await outbox.send(decided)

@@ -6,7 +6,7 @@ their CPU with psutil (user + system, from ``/proc``); this process's own CPU (s
 polling the database) is not counted.
 
   drain   one daemon (recording-finalize every 1 s, batch 100, s3.concurrency 8,
-          max_failed_per_cycle = rows, the relay off so that only the finalize work is
+          the relay off so that only the finalize work is
           measured; leases and fencing as in production). Each round seeds ``--rows`` due
           rows set-based, 70% with the binary in SeaweedFS (reconciled), 20% without
           (Failed/Timeout), 10% Available-unpublished (republished) — the mix of
@@ -89,7 +89,7 @@ def daemon_config(pg: PostgresServer, s3: S3Server, kafka: KafkaServer, port: in
     }
     if drain:
         raw["jobs"] = {"recording_finalize": {
-            "polling_interval": "1s", "batch_size": 100, "max_failed_per_cycle": rows,
+            "polling_interval": "1s", "batch_size": 100,
             "max_run_duration": "10m", "lock_ttl": "11m"},
             "conference_reaper": {"enabled": False}}
         raw["outbox_relay"] = {"enabled": False}

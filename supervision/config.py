@@ -39,6 +39,12 @@ Check = Callable[[Any], str | None]
 _REQUIRED = attrs.NOTHING
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 MAX_BATCH = 10_000  # rows per claim: beyond it one transaction holds too many locks
+# settings that existed once: refused (exit 78) with what replaced them, not "unknown"
+REMOVED_KEYS = {
+    "jobs.recording_finalize.max_failed_per_cycle":
+        "removed: Missing verdicts now need evidence instead of a per-cycle cap"
+        " (docs/architecture.md); delete this line",
+}
 
 
 def _setting(
@@ -371,11 +377,6 @@ class RecordingFinalizeConfig:
     max_run_duration: float = _setting(
         180.0, "A cycle stops claiming after this long.", duration=True, checks=[_positive],
         maximum=HOUR,
-    )
-    max_failed_per_cycle: int = _setting(
-        50, "Most Missing (-> Failed/Timeout) verdicts one cycle gives; past it the rest of "
-        "the batch is given back untouched and RecordingFinalizeVerdictsWithheld fires.",
-        checks=[_positive], maximum=MAX_BATCH,
     )
     redrive_after: float = _setting(
         900.0, "Self-healing quarantine: rows quarantined for an object-storage failure "
@@ -766,7 +767,9 @@ def _build(cls: type[_C], data: Any, prefix: str, problems: list[str]) -> _C | N
         return None
     fields = {f.name: f for f in attrs.fields(cls)}  # type: ignore[arg-type]
     for key in data:
-        if key not in fields:
+        if f"{prefix}{key}" in REMOVED_KEYS:
+            problems.append(f"{prefix}{key}: {REMOVED_KEYS[prefix + key]}")
+        elif key not in fields:
             hint = difflib.get_close_matches(key, list(fields), n=1)
             suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
             problems.append(f"{prefix}{key}: unknown key{suggestion}")

@@ -100,7 +100,8 @@ RF_REDRIVEN = Counter(
     "for redrive_after (self-healing quarantine).")
 RF_VERDICTS_WITHHELD = Counter(
     "safetynet_recording_finalize_verdicts_withheld",
-    "Missing verdicts held back past max_failed_per_cycle (rows given back untouched).")
+    "Missing verdicts held back for want of evidence that the 404 means \"not uploaded\" "
+    "(rows given back untouched; `safetynet accept-missing` when the incident is genuine).")
 S3_BREAKER_OPEN = Gauge(
     "safetynet_s3_breaker_open",
     "1 while the object-storage outage breaker stops claiming reconcile work.")

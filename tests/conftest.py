@@ -91,9 +91,14 @@ def _fresh_database(pg_server: PostgresServer, template: str | None) -> Iterator
 def bucket(s3_server: S3Server) -> str:
     """The session's recordings bucket. Tests never collide in it (object keys are the
     recordings' fresh UUIDs); one bucket, because SeaweedFS gives each bucket its own
-    volumes and a bucket per test would exhaust the dev server's volume slots."""
+    volumes and a bucket per test would exhaust the dev server's volume slots. A test of a
+    fresh install uses a prefix of its own."""
     name = f"rec-{uuid.uuid4().hex[:12]}"
     s3_server.create_bucket(name)
+    # a recording of an earlier day, as in every bucket in use: the evidence listing
+    # (issue #25) finds it under the default prefix whatever test runs first
+    s3_server.put_object(name, f"call-recordings/{uuid.uuid4()}", b"OggS" + bytes(60),
+                         "audio/ogg", {"duration-seconds": "42"})
     return name
 
 

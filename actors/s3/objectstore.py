@@ -21,6 +21,7 @@ Headers are passed as a mapping with lower-case names.
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Protocol, TypeAlias
 
@@ -33,6 +34,8 @@ FORMATS = {
 }
 DURATION_HEADER = "x-amz-meta-duration-seconds"
 CANARY = "__safetynet_probe__"  # a key no recording can have (recording ids are UUIDs)
+LIST_MAX_KEYS = 20  # keys one evidence listing asks for (ListObjectsV2 max-keys)
+MAX_LIST_BODY = 256 * 1024  # bytes of a listing read at most (20 keys: ~6 KB)
 
 
 @attrs.frozen
@@ -78,6 +81,8 @@ class ObjectStore(Protocol):
 
     async def head_recording(self, recording_id: str) -> HeadOutcome: ...
 
+    async def list_recordings(self) -> Found | Missing | Transient | Fault: ...
+
 
 def classify_object(key: str, status: int, headers: Mapping[str, str]) -> HeadOutcome:
     """HEAD object: 200 → metadata (or Poison), 404 → Missing, else an error class."""
@@ -108,6 +113,46 @@ def classify_canary(status: int, headers: Mapping[str, str]) -> Found | Transien
     if status == 200:
         return Fault("canary_key_exists")
     return _classify_error(status, headers)
+
+
+def classify_listing(prefix: str, status: int, headers: Mapping[str, str],
+                     body: bytes) -> Found | Missing | Transient | Fault:
+    """ListObjectsV2 under the recordings prefix (``delimiter=/``, :data:`LIST_MAX_KEYS`
+    keys): :class:`Found` (its ``file_id`` the first key) when a key directly under the
+    prefix is named like a recording (``{prefix}{uuid}``) — proof that binaries live
+    where the HEADs look; :class:`Missing` when none is; 403 and other 4xx a
+    :class:`Fault` (``AccessDenied``: the grant is missing, the caller falls back to its
+    other evidence); 5xx/429 :class:`Transient`; a body that is not a listing Transient
+    ``list_unreadable``."""
+    if status != 200:
+        if status == 404:
+            return Fault("bucket_missing")
+        return _classify_error(status, headers)
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return Transient("list_unreadable")
+    if _local(root.tag) != "ListBucketResult":
+        return Transient("list_unreadable")
+    for contents in root:
+        if _local(contents.tag) != "Contents":
+            continue
+        for child in contents:
+            if _local(child.tag) == "Key" and child.text and _recording_key(prefix, child.text):
+                return Found(child.text, 0, "", 0)
+    return Missing()
+
+
+def _local(tag: str) -> str:
+    """An element's name without its namespace (``{http://s3...}Key`` → ``Key``)."""
+    return tag.rpartition("}")[2]
+
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _recording_key(prefix: str, key: str) -> bool:
+    return key.startswith(prefix) and _UUID.fullmatch(key[len(prefix):]) is not None
 
 
 def _error_code(headers: Mapping[str, str]) -> str:

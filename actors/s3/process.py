@@ -55,10 +55,11 @@ import structlog
 import trio
 
 from actors.s3.credentials import CredentialSource, CredentialsUnavailable
-from actors.s3.objectstore import Fault, Found, HeadOutcome, Transient
+from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Transient
 from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
+    OP_LIST,
     OP_OBJECT,
     Credentials,
     LineSplitter,
@@ -174,6 +175,12 @@ class WorkerObjectStore:
 
     async def head_recording(self, recording_id: str) -> HeadOutcome:
         return await self._request(OP_OBJECT, recording_id)
+
+    async def list_recordings(self) -> Found | Missing | Transient | Fault:
+        """ListObjectsV2 under the prefix: Found when a recording-named key is there."""
+        outcome = await self._request(OP_LIST, "")
+        assert isinstance(outcome, Found | Missing | Transient | Fault)
+        return outcome
 
     async def _request(self, op: str, recording_id: str) -> HeadOutcome:
         worker = self._worker

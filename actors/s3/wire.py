@@ -6,8 +6,9 @@ Found(file_id='k', size_bytes=10, format='Webm', duration_seconds=3)
 One JSON value per line, UTF-8. The first line the daemon sends is the worker's
 configuration (:func:`encode_settings`, the current credentials included — a pipe, never
 argv or the environment). Then requests ``[id, op, recording_id]`` with ``op`` one of
-:data:`OPERATIONS`, and, whenever the daemon's credentials change (temporary credentials
-refreshed before they expire), ``["credentials", key_id, secret, session_token]``
+:data:`OPERATIONS` (``list``: a ListObjectsV2 under the prefix, the others HEADs),
+and, whenever the daemon's credentials change (temporary credentials refreshed before
+they expire), ``["credentials", key_id, secret, session_token]``
 (:func:`encode_credentials`): the worker signs every request it starts from then on with
 them. Answers are ``[id, tag, *fields]`` in any order, where the tag names the outcome
 class. Pure functions and a line splitter: unit-tested without processes.
@@ -25,8 +26,8 @@ from supervision.config import S3Config
 from supervision.errors import WireError
 from supervision.secrets import Secret
 
-OP_OBJECT, OP_BUCKET, OP_CANARY = "object", "bucket", "canary"
-OPERATIONS = (OP_OBJECT, OP_BUCKET, OP_CANARY)
+OP_OBJECT, OP_BUCKET, OP_CANARY, OP_LIST = "object", "bucket", "canary", "list"
+OPERATIONS = (OP_OBJECT, OP_BUCKET, OP_CANARY, OP_LIST)
 _ERROR_TAGS: dict[str, type[Transient | Fault | Poison]] = {
     "transient": Transient, "fault": Fault, "poison": Poison,
 }

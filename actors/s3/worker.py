@@ -48,18 +48,22 @@ import pycurl
 
 from actors.s3.objectstore import (
     CANARY,
+    LIST_MAX_KEYS,
+    MAX_LIST_BODY,
     Fault,
     HeadOutcome,
     Poison,
     Transient,
     classify_bucket,
     classify_canary,
+    classify_listing,
     classify_object,
     printable,
 )
 from actors.s3.wire import (
     OP_BUCKET,
     OP_CANARY,
+    OP_LIST,
     OP_OBJECT,
     Credentials,
     LineSplitter,
@@ -114,6 +118,8 @@ class _Request:
     header_lines: list[bytes] = attrs.Factory(list)
     header_bytes: int = 0
     oversized: bool = False  # the response's headers went past MAX_HEADER_BYTES
+    body: bytearray = attrs.Factory(bytearray)  # a listing's body (HEADs have none)
+    body_oversized: bool = False  # a listing's body went past MAX_LIST_BODY
 
     def on_header(self, line: bytes) -> int | None:
         """libcurl's header callback: keep the line, or abort the transfer (-1) once the
@@ -123,6 +129,15 @@ class _Request:
             self.oversized = True
             return -1
         self.header_lines.append(line)
+        return None
+
+    def on_body(self, data: bytes) -> int | None:
+        """libcurl's write callback (listings only): keep up to :data:`MAX_LIST_BODY`
+        bytes, abort past it (a listing of 20 keys is a few kilobytes)."""
+        if len(self.body) + len(data) > MAX_LIST_BODY:
+            self.body_oversized = True
+            return 0  # fewer bytes than given: libcurl aborts the transfer
+        self.body += data
         return None
 
     def headers(self) -> dict[str, str]:
@@ -146,6 +161,8 @@ class _Request:
             return classify_bucket(status, headers)
         if self.op == OP_CANARY:
             return classify_canary(status, headers)
+        if self.op == OP_LIST:
+            return classify_listing(self.key, status, headers, bytes(self.body))
         return classify_object(self.key, status, headers)
 
     def unreadable(self, reason: str) -> HeadOutcome:
@@ -168,6 +185,14 @@ def object_url(cfg: S3Config, key: str) -> str:
         host = parts.netloc
         path = f"{base_path}/{quote(cfg.bucket)}" + (f"/{quote(key)}" if key else "")
     return urlunsplit((parts.scheme, host, path, "", ""))
+
+
+def list_url(cfg: S3Config) -> str:
+    """ListObjectsV2 of the keys directly under ``cfg.key_prefix`` (at most
+    :data:`LIST_MAX_KEYS`), parameters in the canonical (sorted) order SigV4 signs."""
+    query = (f"delimiter=%2F&list-type=2&max-keys={LIST_MAX_KEYS}"
+             f"&prefix={quote(cfg.key_prefix, safe='-_.~')}")
+    return f"{object_url(cfg, '')}?{query}"
 
 
 def sign_with(handle: pycurl.Curl, credentials: Credentials | None, region: str) -> None:
@@ -224,6 +249,8 @@ class CurlPool:
             key = ""
         elif op == OP_CANARY:
             key = f"{self._cfg.key_prefix}{CANARY}"
+        elif op == OP_LIST:
+            key = self._cfg.key_prefix  # what classify_listing reads keys against
         else:
             key = f"{self._cfg.key_prefix}{recording_id}"
         self._queued.append(_Request(request_id, op, key))
@@ -234,7 +261,13 @@ class CurlPool:
             if self._handle_generation.get(handle) != self._generation:
                 sign_with(handle, self._credentials, self._cfg.region)
                 self._handle_generation[handle] = self._generation
-            handle.setopt(pycurl.URL, object_url(self._cfg, request.key))
+            if request.op == OP_LIST:  # a GET with a body, then a HEAD handle again
+                handle.setopt(pycurl.NOBODY, 0)
+                handle.setopt(pycurl.HTTPGET, 1)
+                handle.setopt(pycurl.WRITEFUNCTION, request.on_body)
+                handle.setopt(pycurl.URL, list_url(self._cfg))
+            else:
+                handle.setopt(pycurl.URL, object_url(self._cfg, request.key))
             handle.setopt(pycurl.HEADERFUNCTION, request.on_header)
             self._running[handle] = request
             self._multi.add_handle(handle)
@@ -260,10 +293,15 @@ class CurlPool:
     def _finish(self, handle: pycurl.Curl, errno: int | None) -> bytes:
         self._multi.remove_handle(handle)
         request = self._running.pop(handle)
+        if request.op == OP_LIST:
+            handle.setopt(pycurl.NOBODY, 1)  # back to HEAD
+            handle.unsetopt(pycurl.WRITEFUNCTION)
         self._idle.append(handle)
         outcome: HeadOutcome
         if request.oversized:
             outcome = request.unreadable("headers_too_large")
+        elif request.body_oversized:
+            outcome = request.unreadable("body_too_large")
         elif errno in FAULT_ERRORS:
             outcome = Fault(FAULT_ERRORS[errno])
         elif errno in RESPONSE_ERRORS:

@@ -15,7 +15,16 @@ from typing import Any
 
 import attrs
 
-from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
+from actors.finalize_evidence import (
+    CONTENT_TYPE_FAULT,
+    CONTENT_TYPE_FAULT_MIN,
+    NO_EVIDENCE,
+    Evidence,
+    outcome_unreadable,
+    unusable_type,
+    usable_type,
+)
+from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 from supervision.config import ConferenceReaperConfig, RecordingFinalizeConfig
 from supervision.durations import format_duration
 
@@ -94,6 +103,48 @@ def reconcile_item(row: dict[str, Any], head: Any, cfg: RecordingFinalizeConfig)
     if row["attempts"] + 1 >= cfg.max_attempts:
         return PlanItem(rid, "reconcile", "quarantine", f"s3:{head.error}; {attempt}")
     return PlanItem(rid, "reconcile", "retry after back-off", f"s3:{head.error}; {attempt}")
+
+
+@attrs.frozen
+class GateView:
+    """What the cycle's verdict gate would conclude from the plan's HEADs."""
+
+    evidence: Evidence | None
+    usable_types: bool
+    unusable: int  # objects whose Content-Type names no format
+
+    @classmethod
+    def of(cls, start: Evidence | None, heads: list[HeadOutcome]) -> GateView:
+        found = any(isinstance(h, Found | Poison) and not outcome_unreadable(h) for h in heads)
+        return cls(start or (Evidence.OBJECT_FOUND if found else None),
+                   any(usable_type(h) for h in heads), sum(unusable_type(h) for h in heads))
+
+
+def judged_item(row: dict[str, Any], head: HeadOutcome, gate: GateView,
+                cfg: RecordingFinalizeConfig, key_prefix: str) -> PlanItem:
+    """A reconcile row's decision once the evidence rule and the content-type rule have
+    been applied to the HEADs of the rows planned (the cycle sees its whole claim)."""
+    rid, sla = str(row["recording_id"]), _sla(row, cfg)
+    if isinstance(head, Missing):
+        if gate.evidence is None:
+            return PlanItem(rid, "reconcile", "withheld (given back untouched)",
+                            f"{sla}; no binary, but {NO_EVIDENCE}: no known recording found,"
+                            f" none listed under {key_prefix!r}, no object found")
+        return PlanItem(rid, "reconcile", "Failed/Timeout",
+                        f"{sla}; no binary (evidence: {gate.evidence})")
+    if unusable_type(head) and not gate.usable_types and gate.unusable >= CONTENT_TYPE_FAULT_MIN:
+        assert isinstance(head, Poison)
+        kind = head.error.removeprefix("content_type_").removeprefix("unknown:")
+        return PlanItem(rid, "reconcile", "nothing (configuration fault)",
+                        f"{CONTENT_TYPE_FAULT}:{kind}: {gate.unusable} objects, none with a"
+                        " usable Content-Type")
+    return reconcile_item(row, head, cfg)
+
+
+def deferred_item(row: dict[str, Any], threshold: int) -> PlanItem:
+    """A row whose HEAD the breaker would not send (it opened before)."""
+    return PlanItem(str(row["recording_id"]), "reconcile", "deferred (given back untouched)",
+                    f"breaker open: {threshold} consecutive transient HEADs before it")
 
 
 def storage_down_item(row: dict[str, Any], probe: Fault | Transient) -> PlanItem:

@@ -68,7 +68,8 @@ class Resources:
 
 def finalize_job(res: Resources) -> FinalizeJob:
     rf = res.cfg.jobs.recording_finalize
-    return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wakeup.wake)
+    return FinalizeJob(rf, res.cfg.s3.concurrency, res.db, res.store, res.wakeup.wake,
+                       bucket=res.cfg.s3.bucket, key_prefix=res.cfg.s3.key_prefix)
 
 
 def reaper_job(res: Resources) -> ReaperJob:

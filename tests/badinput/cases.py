@@ -125,6 +125,29 @@ def wrong_existing_bucket() -> Callable[[World], Any]:
     return plant
 
 
+async def fresh_install_wrong_prefix(world: World) -> Planted:
+    """A first deployment: no recording finalised yet (the positive canary has nothing to
+    compare with), s3.key_prefix wrong, the binaries under the right one."""
+    world.conn.execute("DELETE FROM messenger.recording_finalize_attempts"
+                       " WHERE recording_id = %s", (world.known,))
+    return Planted(config={"s3": {"key_prefix": "call-recordngs/"}})
+
+
+async def octet_stream_everywhere(world: World) -> Planted:
+    """The recorder (or a bucket policy) stores every binary as application/octet-stream:
+    three more due recordings, and the healthy ones' objects rewritten the same way; the
+    operator fixes the objects' Content-Type afterwards."""
+    rids = [due_recording(world) for _ in range(3)]
+    found = sorted(world.uploaded - {world.known})
+    await world.upload(*rids, *found, content_type="application/octet-stream")
+    for rid in rids:
+        world.exempt.discard(rid)  # once fixed, each must be reconciled like any other
+
+    async def heal() -> None:
+        await world.upload(*rids, *found)
+    return Planted(heal=heal)
+
+
 def row(**kwargs: Any) -> Callable[[World], Any]:
     """A recording the messenger service left in an odd state (binary uploaded)."""
     async def plant(world: World) -> Planted:
@@ -380,10 +403,11 @@ CASES: list[Case] = [
     _c("config-timeout-inf", "config", "s3.timeout = inf", EXIT_78, CONF,
        config_file("[s3]\ntimeout = inf\n"), Read.EXIT, REFUSED + "s3.timeout:",
        untouched=True),
-    _c("config-max-failed-negative", "config",
-       "jobs.recording_finalize.max_failed_per_cycle = -1", EXIT_78, CONF,
-       config_file("[jobs.recording_finalize]\nmax_failed_per_cycle = -1\n"), Read.EXIT,
-       REFUSED + "jobs.recording_finalize.max_failed_per_cycle:", untouched=True),
+    _c("config-removed-max-failed", "config",
+       "jobs.recording_finalize.max_failed_per_cycle = 50 (removed: evidence replaced the"
+       " cap)", EXIT_78 + " and what replaced it", CONF,
+       config_file("[jobs.recording_finalize]\nmax_failed_per_cycle = 50\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.max_failed_per_cycle: removed:", untouched=True),
     _c("config-unknown-key", "config", "jobs.recording_finalize.batchsize (a typo)",
        EXIT_78 + " and the closest name", CONF,
        config_file("[jobs.recording_finalize]\nbatchsize = 10\n"), Read.EXIT,
@@ -401,6 +425,13 @@ CASES: list[Case] = [
        " no recording", CONFIG_FAULT + " (positive canary)", FIN, wrong_existing_bucket(),
        Read.HEALTH, "configuration fault in s3: known_recording_not_found:",
        "known_recording_not_found", untouched=True),
+    _c("s3-fresh-install-wrong-prefix", "s3", "s3.key_prefix wrong on a fresh install (no"
+       " recording finalised yet: no positive canary)", "Missing verdicts withheld for want"
+       " of evidence (nothing listed or found under the prefix): 0 Failed, rows given back"
+       " untouched, readiness 503, alert; healed by the next cycle once fixed", FIN,
+       fresh_install_wrong_prefix, Read.HEALTH,
+       "configuration fault in s3_evidence: no_evidence_for_key_prefix",
+       "missing_verdicts_withheld"),
     _c("s3-missing-bucket", "s3", "s3.bucket names no bucket at all", CONFIG_FAULT, FIN,
        s3_config(bucket="no-such-bucket-here"), Read.HEALTH,
        "configuration fault in s3: bucket_missing", "config_fault", untouched=True),
@@ -443,6 +474,12 @@ CASES: list[Case] = [
     _c("s3-content-type-unknown", "s3", "Content-Type video/x-matroska", QUARANTINED, FIN,
        odd_object(content_type="video/x-matroska"), Read.LAST_ERROR,
        "object:content_type_unknown:video/x-matroska", "recording_quarantined"),
+    _c("s3-content-type-octet-stream-everywhere", "s3", "every object stored as"
+       " application/octet-stream (a recorder or bucket policy)", "configuration fault:"
+       " nothing quarantined, those rows given back untouched, readiness 503; reconciled"
+       " once the objects' Content-Type is fixed", FIN, octet_stream_everywhere,
+       Read.HEALTH, "configuration fault in s3_content_type: content_type_unusable:"
+       "application/octet-stream", "config_fault"),
     _c("s3-content-type-control-chars", "s3", "Content-Type with control characters",
        QUARANTINED + " (non-printable characters stored as '?')", FIN,
        odd_head({**GOOD_HEAD, "Content-Type": "audio/\x01og\x7fg"}), Read.LAST_ERROR,

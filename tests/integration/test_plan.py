@@ -142,6 +142,37 @@ def test_plan_changes_nothing_and_predicts_run_once(
         assert attempt(conn, orphan)["status"] == "Quarantined"
 
 
+def test_plan_with_a_wrong_prefix_predicts_withheld_and_run_once_withholds(
+        db_dsn: str, s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    """A fresh install pointed at the wrong prefix (the binaries exist under the right
+    one): the plan predicts "withheld" for every 404, not Failed/Timeout, and run-once
+    then withholds them — nothing Failed, no attempt spent."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        sid = insert_call_session(conn)
+        recs = [insert_recording(conn, session_id=sid) for _ in range(3)]
+        for rec in recs:
+            upload_recording(s3_server, rec.id, bucket=bucket)
+    creds = s3_server.credentials
+    config = tmp_path / "c.toml"
+    config.write_text(tomli_w.dumps({
+        "postgres": {"dsn": db_dsn},
+        "s3": {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
+               "key_prefix": "call-recordngs/", "access_key_id": creds.access_key_id,
+               "secret_access_key": creds.secret_access_key},
+    }))
+    plan = cli("plan", "recording-finalize", config)
+    assert plan.returncode == 0, plan.stderr
+    items = list(map(json.loads, plan.stdout.splitlines()))
+    assert {d["decision"] for d in items} == {"withheld (given back untouched)"}
+    assert all("no_evidence_for_key_prefix" in d["why"] for d in items)
+    run = cli("run-once", "recording-finalize", config)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["withheld"] == 3
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert {(recording(conn, r.id)["status"], attempt(conn, r.id)["attempts"])
+                for r in recs} == {("Uploading", 0)}
+
+
 def test_plan_shows_poison_conferences_held_back(db_dsn: str, tmp_path: Path) -> None:
     """A poison conference still backed off is 'held back (poison)' with its reason; a
     healthy due room beside it is planned as usual."""

@@ -1,22 +1,26 @@
-"""A wrong configuration must not turn present binaries into Failed verdicts (issue #13):
-the positive canary, the must-not-exist canary and the per-cycle cap on Missing verdicts,
-on real PostgreSQL and SeaweedFS."""
+"""A wrong configuration must not turn present binaries into Failed verdicts (issues #13,
+#25): the positive canary, the must-not-exist canary, evidence before Missing verdicts
+and the content-type rule, on real PostgreSQL and SeaweedFS."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import tomli_w
 from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from supervision.config import Config
 from supervision.dev.stack import DevStackError, S3Server
 from supervision.health import HEALTH
 from supervision.queries import QUERIES
+from tests.cli import cli
 from tests.conftest import make_config
 from tests.faults import put_recordings
 from tests.integration.test_recording_finalize import counts_of, run_cycle
@@ -40,7 +44,8 @@ def conn(db_dsn: str) -> Iterator[psycopg.Connection]:
 @pytest.fixture(autouse=True)
 def clean_health() -> Iterator[None]:
     yield
-    HEALTH.clear_fault("s3")
+    for component in list(HEALTH.faults):
+        HEALTH.clear_fault(component)
 
 
 @pytest.fixture(scope="module")
@@ -115,29 +120,114 @@ async def test_wrong_prefix_or_bucket_fails_nothing_and_fixing_it_heals_everythi
     assert HEALTH.reason() is None
 
 
-async def test_missing_verdicts_past_the_cycle_cap_are_given_back_untouched(
-        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
-    """With no Available recording to compare with, the canaries cannot see a wrong
-    prefix: the cap is the second line. One cycle gives max_failed_per_cycle (50) Failed
-    verdicts; the other 70 rows are given back untouched (no attempt spent) and counted
-    in safetynet_recording_finalize_verdicts_withheld_total; with the prefix fixed they
-    are reconciled."""
-    ids = await due_recordings_with_binaries(conn, s3_server, bucket, 120)
+@pytest.mark.parametrize("wrong", ["key_prefix", "bucket"])
+async def test_fresh_install_with_wrong_prefix_or_bucket_withholds_every_verdict(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
+        other_bucket: str, wrong: str) -> None:
+    """A fresh install (no Available recording anywhere, so no positive canary) pointed at
+    the wrong prefix, or at a bucket that exists but is the wrong one, while the binaries
+    sit under the right prefix: nothing shows that its 404s mean "not uploaded" (nothing
+    listed there, nothing found), so over 5 cycles no row is Failed and no attempt spent;
+    every verdict is withheld, counted, and readiness names the reason. With the
+    configuration fixed, every row becomes Available and readiness recovers."""
+    ids = await due_recordings_with_binaries(conn, s3_server, bucket, 500)
+    misconfigured = (config(db_dsn, s3_server, bucket, key_prefix="call-recordngs/")
+                     if wrong == "key_prefix" else config(db_dsn, s3_server, other_bucket))
     before = REGISTRY.get_sample_value(
         "safetynet_recording_finalize_verdicts_withheld_total") or 0.0
-    counts = await run_cycle(config(db_dsn, s3_server, bucket, key_prefix="call-recordngs/"))
 
-    assert counts_of(counts) == {"failed": 50, "withheld": 70}
+    for _ in range(5):
+        counts = await run_cycle(misconfigured)
+        assert counts_of(counts) == {"withheld": 500}
+    assert statuses(conn, ids) == {"Uploading": 334, "Recording": 166}
+    assert attempts_spent(conn, ids) == 0
+    assert {attempt(conn, rid)["status"] for rid in ids} == {"Pending"}
     assert REGISTRY.get_sample_value(
-        "safetynet_recording_finalize_verdicts_withheld_total") == before + 70
-    failed = [rid for rid in ids if attempt(conn, rid)["status"] == "Done"]
-    held = [rid for rid in ids if rid not in failed]
-    assert len(failed) == 50 and attempts_spent(conn, held) == 0
-    assert {attempt(conn, rid)["status"] for rid in held} == {"Pending"}
+        "safetynet_recording_finalize_verdicts_withheld_total") == before + 2500
+    assert HEALTH.reason() == "configuration fault in s3_evidence: no_evidence_for_key_prefix"
 
     healed = await run_cycle(config(db_dsn, s3_server, bucket))
-    assert counts_of(healed) == {"reconciled": 70}
-    assert statuses(conn, held) == {"Available": 70}
+    assert counts_of(healed) == {"reconciled": 500}
+    assert statuses(conn, ids) == {"Available": 500}
+    assert HEALTH.reason() is None
+
+
+async def test_fresh_prefix_with_genuinely_lost_binaries_fails_once_an_operator_accepts(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
+        tmp_path: Path) -> None:
+    """A first deployment whose recorder never uploaded anything: the verdicts are
+    withheld until `safetynet accept-missing` (reason given, for a while) accepts them
+    for this bucket and prefix; then they are given at once. The acceptance does not
+    follow the configuration to another prefix, and --revoke ends it."""
+    prefix = f"fresh-{uuid.uuid4().hex[:8]}/"
+    cfg = config(db_dsn, s3_server, bucket, key_prefix=prefix)
+    ids = [insert_recording(conn, session_id=insert_call_session(conn)).id for _ in range(20)]
+    assert counts_of(await run_cycle(cfg)) == {"withheld": 20}
+
+    path = tmp_path / "c.toml"
+    path.write_text(tomli_w.dumps({"postgres": {"dsn": db_dsn},
+                                   "s3": {"bucket": bucket, "key_prefix": prefix}}))
+    refused = cli(path, "accept-missing", "--for", "2d", "--reason", "INC-7")
+    assert refused.returncode == 2 and "24h" in refused.stderr
+    accepted = cli(path, "accept-missing", "--for", "2h", "--reason", "INC-7 recorder down")
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout.startswith(f"Missing verdicts under s3://{bucket}/{prefix}"
+                                      " accepted until ")
+    other = config(db_dsn, s3_server, bucket, key_prefix=f"other-{prefix}")
+    other_row = insert_recording(conn, session_id=insert_call_session(conn)).id
+    conn.execute("UPDATE messenger.recording_finalize_attempts SET next_attempt_at ="
+                 " now() + interval '1 hour' WHERE recording_id <> %s", (other_row,))
+    assert counts_of(await run_cycle(other)) == {"withheld": 1}
+    conn.execute("UPDATE messenger.recording_finalize_attempts SET next_attempt_at ="
+                 " now() - interval '1 second' WHERE status = 'Pending'")
+
+    with capture_logs() as logs:
+        counts = await run_cycle(cfg)
+    assert counts_of(counts) == {"failed": 21}
+    assert statuses(conn, ids) == {"Failed": 20}
+    assert [e["reason"] for e in logs
+            if e["event"] == "missing_verdicts_accepted_by_operator"] == ["INC-7 recorder down"]
+    assert cli(path, "accept-missing", "--revoke").stdout == (
+        f"revoked the acceptance for s3://{bucket}/{prefix}\n")
+    assert cli(path, "accept-missing", "--revoke").stdout == (
+        f"no acceptance in force for s3://{bucket}/{prefix}\n")
+
+
+async def test_every_object_octet_stream_is_a_configuration_fault_not_50_quarantines(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
+    """A recorder (or bucket policy) writing application/octet-stream: 50 due recordings
+    whose objects all carry it are not 50 poison rows but one configuration fault —
+    nothing quarantined, nothing Failed, no attempt spent, readiness 503 naming it. With
+    the objects' Content-Type fixed, all 50 become Available."""
+    ids = [insert_recording(conn, session_id=insert_call_session(conn)).id for _ in range(50)]
+    await put_recordings(s3_server, bucket, ids, content_type="application/octet-stream")
+
+    counts = await run_cycle(config(db_dsn, s3_server, bucket))
+    assert counts_of(counts) == {"config_fault": 50}
+    assert statuses(conn, ids) == {"Uploading": 50}
+    assert {attempt(conn, rid)["status"] for rid in ids} == {"Pending"}
+    assert attempts_spent(conn, ids) == 0
+    assert HEALTH.reason() == ("configuration fault in s3_content_type:"
+                               " content_type_unusable:application/octet-stream")
+
+    await put_recordings(s3_server, bucket, ids)
+    healed = await run_cycle(config(db_dsn, s3_server, bucket))
+    assert counts_of(healed) == {"reconciled": 50}
+    assert HEALTH.reason() is None
+
+
+async def test_one_octet_stream_object_among_good_ones_is_quarantined_alone(
+        db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str) -> None:
+    """One odd object next to usable ones stays per-row poison: quarantined with its
+    reason while the others are reconciled; no configuration fault."""
+    ids = [insert_recording(conn, session_id=insert_call_session(conn)).id for _ in range(6)]
+    await put_recordings(s3_server, bucket, ids[1:])
+    await put_recordings(s3_server, bucket, ids[:1], content_type="application/octet-stream")
+    counts = await run_cycle(config(db_dsn, s3_server, bucket))
+    assert counts_of(counts) == {"reconciled": 5, "quarantined": 1}
+    assert attempt(conn, ids[0])["last_error"] == (
+        "object:content_type_unknown:application/octet-stream")
+    assert HEALTH.reason() is None
 
 
 async def test_must_not_exist_canary_answering_200_is_a_configuration_fault(

@@ -122,6 +122,17 @@ def test_unknown_key_suggests_the_closest_name(tmp_path: Path) -> None:
     assert problems == ["s3.buket: unknown key (did you mean 'bucket'?)"]
 
 
+def test_removed_cap_on_missing_verdicts_is_refused_saying_what_replaced_it(
+        tmp_path: Path) -> None:
+    """max_failed_per_cycle (issue #13) is gone since issue #25: a file that still sets it
+    is refused with the reason, not with "unknown key"."""
+    problems = problems_of([base(tmp_path, "[jobs.recording_finalize]\n"
+                                           "max_failed_per_cycle = 50\n")])
+    assert problems == ["jobs.recording_finalize.max_failed_per_cycle: removed: Missing "
+                        "verdicts now need evidence instead of a per-cycle cap"
+                        " (docs/architecture.md); delete this line"]
+
+
 def test_unknown_env_key_is_an_error_too(tmp_path: Path) -> None:
     """An override that matches no key is reported, not silently ignored."""
     problems = problems_of([base(tmp_path)], {"SAFETYNET__S3__CONCURENCY": "3"})

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from actors.finalize_canary import check_known_present
-from actors.s3.objectstore import HEALTHY, Fault, Found, HeadOutcome, Missing, Poison, Transient
+from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 
 FOUND = Found("call-recordings/a", 1, "Ogg", 1)
 
@@ -40,17 +40,18 @@ async def verdict(answers: dict[str, HeadOutcome]) -> tuple[object, list[str]]:
     return result, store.asked
 
 
-async def test_no_available_recording_yet_is_healthy() -> None:
-    """Nothing to compare with: healthy (the per-cycle cap is the line left)."""
-    assert await verdict({}) == (HEALTHY, [])
+async def test_no_available_recording_yet_is_no_answer_either_way() -> None:
+    """Nothing to compare with: None, not a fault and not evidence (the cycle looks for
+    evidence elsewhere)."""
+    assert await verdict({}) == (None, [])
 
 
 @pytest.mark.parametrize("present", [FOUND, Poison("duration_missing")])
-async def test_one_known_recording_found_is_healthy(present: HeadOutcome) -> None:
+async def test_one_known_recording_found_is_evidence(present: HeadOutcome) -> None:
     """One binary deleted on purpose does not stop the job: the next one is found
-    (with good metadata or not, it exists) and no further HEAD is made."""
-    assert await verdict({"a": Missing(), "b": present, "c": Missing()}) == (
-        HEALTHY, ["a", "b"])
+    (with good metadata or not, it exists), it is the answer, and no further HEAD is made."""
+    result, asked = await verdict({"a": Missing(), "b": present, "c": Missing()})
+    assert isinstance(result, Found) and asked == ["a", "b"]
 
 
 async def test_every_known_recording_missing_is_a_configuration_fault() -> None:

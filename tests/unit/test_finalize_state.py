@@ -1,8 +1,8 @@
-"""The per-cycle state of recording-finalize: the outage breaker and the verdict budget."""
+"""The per-cycle state of recording-finalize: the outage breaker."""
 
 from __future__ import annotations
 
-from actors.finalize_state import Breaker, VerdictBudget
+from actors.finalize_state import Breaker
 
 
 def test_breaker_opens_after_threshold_consecutive_transient_outcomes() -> None:
@@ -30,15 +30,6 @@ def test_a_fault_opens_the_breaker_and_names_itself() -> None:
     breaker = Breaker(threshold=5)
     breaker.trip("bucket_missing")
     assert breaker.open and breaker.fault == "bucket_missing"
-
-
-def test_verdict_budget_allows_limit_missing_verdicts_then_withholds_the_rest() -> None:
-    """The first `limit` Missing verdicts are allowed; every later one is withheld and
-    counted, and the budget reports itself spent (the claimer stops)."""
-    budget = VerdictBudget(limit=3)
-    taken = [budget.take() for _ in range(5)]
-    assert taken == [True, True, True, False, False]
-    assert (budget.missing, budget.withheld, budget.spent) == (3, 2, True)
 
 
 def test_one_transient_head_makes_the_cycle_unhealthy_even_with_the_breaker_closed() -> None:

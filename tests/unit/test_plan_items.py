@@ -6,12 +6,16 @@ from typing import Any
 
 import pytest
 
+from actors.finalize_evidence import Evidence
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.app.plan_items import (
+    GateView,
     age,
     compared,
     conference_item,
+    deferred_item,
     finalize_item,
+    judged_item,
     outbox_item,
     reconcile_item,
     storage_down_item,
@@ -103,6 +107,49 @@ def test_reconcile_poison_and_fault_heads() -> None:
         "nothing (configuration fault)")
     assert storage_down_item(finalize_row(), Transient("refused")).decision == (
         "nothing (object storage down)")
+
+
+OCTET = Poison("content_type_unknown:application/octet-stream")
+
+
+def test_plan_predicts_withheld_not_failed_without_evidence() -> None:
+    """No evidence at the start and no object found among the HEADs (a wrong prefix on a
+    fresh install): a 404 is predicted withheld, naming the reason and the prefix."""
+    gate = GateView.of(None, [Missing(), Missing()])
+    item = judged_item(finalize_row(), Missing(), gate, RF, "call-recordngs/")
+    assert item.decision == "withheld (given back untouched)"
+    assert "no_evidence_for_key_prefix" in item.why and "'call-recordngs/'" in item.why
+
+
+@pytest.mark.parametrize(("start", "heads", "evidence"), [
+    (Evidence.RECORDINGS_LISTED, [Missing()], "recordings_listed"),
+    (None, [Missing(), Found("f", 1, "Ogg", 1)], "object_found"),
+])
+def test_plan_predicts_failed_with_evidence_and_names_it(
+        start: Evidence | None, heads: list[Any], evidence: str) -> None:
+    """Evidence from the start, or an object found among the planned HEADs: Failed."""
+    item = judged_item(finalize_row(), Missing(), GateView.of(start, heads), RF, "p/")
+    assert (item.decision, item.why.rsplit("; ", 1)[1]) == (
+        "Failed/Timeout", f"no binary (evidence: {evidence})")
+
+
+def test_plan_predicts_the_content_type_fault_and_one_odd_object_as_poison() -> None:
+    """Three octet-stream objects and no usable one: a configuration fault; next to a
+    usable object the odd one is quarantined."""
+    fault = judged_item(finalize_row(), OCTET, GateView.of(None, [OCTET] * 3), RF, "p/")
+    assert fault.decision == "nothing (configuration fault)"
+    assert fault.why.startswith("content_type_unusable:application/octet-stream: 3 objects")
+    odd = judged_item(finalize_row(), OCTET,
+                      GateView.of(None, [OCTET] * 3 + [Found("f", 1, "Ogg", 1)]), RF, "p/")
+    assert odd.decision == "quarantine"
+
+
+def test_plan_predicts_rows_after_the_breaker_opened_as_deferred() -> None:
+    """A row the breaker would not HEAD is given back untouched, with the reason."""
+    item = deferred_item(finalize_row(), 5)
+    assert (item.decision, item.why) == (
+        "deferred (given back untouched)", "breaker open: 5 consecutive transient HEADs"
+        " before it")
 
 
 def conference_row(phase: str, **over: Any) -> dict[str, Any]:

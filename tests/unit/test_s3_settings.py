@@ -12,7 +12,7 @@ import pytest
 import trustme
 
 from actors.s3.wire import Credentials
-from actors.s3.worker import object_url, sign_with
+from actors.s3.worker import list_url, object_url, sign_with
 from supervision.config import S3Config, load_config
 from supervision.errors import ConfigError
 from supervision.secrets import Secret
@@ -44,6 +44,21 @@ def test_path_style_puts_the_bucket_in_the_path_and_virtual_style_in_the_host(
         cfg: S3Config, key: str, url: str) -> None:
     """The URL of a key (and of the bucket itself) in each addressing style."""
     assert object_url(cfg, key) == url
+
+
+@pytest.mark.parametrize(("style", "url"), [
+    ("path", "http://127.0.0.1:8333/rec?delimiter=%2F&list-type=2&max-keys=20"
+             "&prefix=call%20recs%2F%C3%A9%2B"),
+    ("virtual", "http://rec.127.0.0.1:8333/?delimiter=%2F&list-type=2&max-keys=20"
+                "&prefix=call%20recs%2F%C3%A9%2B"),
+])
+def test_the_evidence_listing_asks_for_20_keys_under_the_prefix_in_signing_order(
+        style: str, url: str) -> None:
+    """ListObjectsV2 on the bucket: parameters sorted as SigV4 canonicalises them, the
+    prefix percent-encoded whole (slash, space, '+', UTF-8)."""
+    cfg = S3Config(endpoint_url="http://127.0.0.1:8333", bucket="rec",
+                   key_prefix="call recs/\u00e9+", addressing_style=style)
+    assert list_url(cfg) == url
 
 
 def test_an_unknown_addressing_style_is_refused(tmp_path: Path) -> None:

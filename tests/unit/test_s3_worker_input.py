@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator
+from urllib.parse import unquote
 
+import attrs
 import pytest
 import trio
 
@@ -48,6 +50,21 @@ RESPONSES: dict[str, bytes] = {
 }
 
 
+RID = "0f8e1c52-6c39-4a55-9d0e-3f4b0c7d2a11"
+
+
+def _listing(body: bytes) -> bytes:
+    return _head(b"200 OK", b"Content-Length: %d\r\n" % len(body)) + body
+
+
+LISTINGS: dict[str, bytes] = {  # ListObjectsV2 answers, by the prefix asked for
+    "ok/": _listing(b"<ListBucketResult><Contents><Key>ok/" + RID.encode()
+                    + b"</Key></Contents></ListBucketResult>"),
+    "big/": _listing(b"<ListBucketResult>" + b"<Contents><Key>big/x</Key></Contents>"
+                     * 20_000 + b"</ListBucketResult>"),
+}
+
+
 async def _serve(stream: trio.SocketStream) -> None:
     head = b""
     try:
@@ -57,6 +74,10 @@ async def _serve(stream: trio.SocketStream) -> None:
                 return
             head += chunk
         target = head.split(b" ", 2)[1].decode()
+        if "list-type=2" in target:
+            prefix = unquote(target.split("prefix=", 1)[1].split("&")[0])
+            await stream.send_all(LISTINGS[prefix])
+            return
         await stream.send_all(RESPONSES[target.rsplit("/", 1)[-1]])
     except trio.BrokenResourceError:
         pass  # the worker aborted the transfer (headers past its budget)
@@ -108,3 +129,21 @@ async def test_odd_metadata_is_poison_with_its_reason(odd_s3: S3Config, case: st
     """Metadata that cannot be adopted quarantines the row, saying why."""
     async with open_object_store(odd_s3) as store:
         assert await store.head_recording(case) == expected
+
+
+async def test_a_listing_is_read_and_the_same_handles_then_head_again(
+        odd_s3: S3Config) -> None:
+    """The evidence listing is a GET with a body on a handle of the HEAD pool: its
+    recording-named key is found, a body past 256 KiB is unreadable (not evidence, the
+    worker lives on), and the next requests on those handles are HEADs again."""
+    good = Found("ok/good", 64, "Ogg", 42)
+    async with open_object_store(attrs.evolve(odd_s3, key_prefix="ok/")) as store:
+        assert await store.list_recordings() == Found("ok/" + RID, 0, "", 0)
+        for _ in range(3):  # concurrency 2: every handle has served a listing or a HEAD
+            assert [await store.head_recording("good"), await store.list_recordings()] == [
+                good, Found("ok/" + RID, 0, "", 0)]
+        assert store.starts == 1
+    async with open_object_store(attrs.evolve(odd_s3, key_prefix="big/")) as store:
+        assert await store.list_recordings() == Transient("response_unreadable:body_too_large")
+        assert await store.head_recording("good") == Found("big/good", 64, "Ogg", 42)
+        assert store.starts == 1

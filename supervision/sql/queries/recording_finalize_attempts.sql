@@ -131,6 +131,15 @@ UPDATE messenger.recording_finalize_attempts
 SET attempts = %(old_attempts)s, next_attempt_at = %(old_next_attempt_at)s, updated_at = now()
 WHERE id = %(id)s AND status = 'Pending';
 
+-- name: finalize_attempts_unclaim_many --
+-- The same for a group in one statement (rows withheld for want of evidence, deferred by
+-- the breaker, or met by a configuration fault): parallel arrays, one entry per row.
+UPDATE messenger.recording_finalize_attempts a
+SET attempts = i.old_attempts, next_attempt_at = i.old_next_attempt_at, updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(old_attempts)s::int[], %(old_next_attempt_at)s::timestamptz[])
+    AS i(id, old_attempts, old_next_attempt_at)
+WHERE a.id = i.id AND a.status = 'Pending';
+
 -- name: finalize_attempts_record_transient --
 -- A transient failure keeps the row Pending (next_attempt_at was moved at claim), or
 -- quarantines it once it has used max_attempts.
