@@ -69,7 +69,7 @@ class _ReadOnly:
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         def call() -> Any:
-            with psycopg.connect(self._dsn, autocommit=True, connect_timeout=5) as conn:
+            with connect(self._dsn, None) as conn:
                 return fn(conn, *args)
         return await trio.to_thread.run_sync(call)
 
