@@ -16,10 +16,19 @@ import attrs
 from supervision.secrets import Secret
 
 
-def _setting(default: Any, doc: str, checks: tuple[Any, ...] = ()) -> Any:
-    # the metadata shape of supervision.config._setting (docs, checks, no maximum)
+def _setting(default: Any, doc: str, checks: tuple[Any, ...] = (),
+             maximum: float | None = None) -> Any:
+    # the metadata shape of supervision.config._setting
+    bound = () if maximum is None else (_at_most(maximum),)
     return attrs.field(default=default, metadata={
-        "doc": doc, "duration": False, "checks": checks, "maximum": None})
+        "doc": doc, "duration": False, "checks": (*checks, *bound), "maximum": maximum})
+
+
+def _at_most(limit: float) -> Any:
+    def check(value: Any) -> str | None:
+        return None if value <= limit else f"must be <= {limit:g}, got {value!r}"
+
+    return check
 
 
 def _listen(value: Any) -> str | None:
@@ -83,7 +92,7 @@ class ConsoleConfig:
         (_networks,))
     refresh: int = _setting(
         10, "Seconds between a page's automatic refreshes (0 = never).",
-        (lambda v: None if 0 <= v <= 3600 else f"must be 0-3600, got {v!r}",))
+        (lambda v: None if v >= 0 else f"must be >= 0, got {v!r}",), maximum=3600)
 
 
 def console_problems(console: ConsoleConfig) -> list[str]:

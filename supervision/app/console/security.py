@@ -10,7 +10,8 @@
   ``none``, or whose ``Origin`` is not the console's, is refused; a POST must also carry the
   per-session token (an HMAC of the session cookie and the user under a key made at start).
 * Every response: a strict Content-Security-Policy (no script at all), ``frame-ancestors
-  'none'``, nosniff, no referrer, no caching.
+  'none'``, nosniff, no referrer to other sites (``no-referrer`` would make
+  browsers send ``Origin: null`` on the console's own forms), no caching.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ SESSION_COOKIE = "safetynet_console_session"
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {"content-security-policy": CSP, "x-frame-options": "DENY",
-           "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
+           "x-content-type-options": "nosniff", "referrer-policy": "same-origin",
            "cache-control": "no-store", "cross-origin-opener-policy": "same-origin"}
 
 log = structlog.get_logger("safetynet.console")
