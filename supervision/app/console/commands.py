@@ -56,8 +56,8 @@ def console(hash_password: bool, config_files: tuple[Path, ...]) -> None:
     trio.run(serve_console, cfg)
 
 
-async def serve_console(cfg: Config, task_status: object = None) -> None:
-    """Serve the console until SIGINT/SIGTERM (or cancelled)."""
+async def serve_console(cfg: Config, *, signals: bool = True) -> None:
+    """Serve the console until SIGINT/SIGTERM (with *signals*) or until cancelled."""
     import structlog
     import trio
     from hypercorn.config import Config as HypercornConfig
@@ -85,7 +85,8 @@ async def serve_console(cfg: Config, task_status: object = None) -> None:
                     stop.set()
                     return
 
-        nursery.start_soon(on_signal)
+        if signals:
+            nursery.start_soon(on_signal)
         structlog.get_logger("safetynet.console").info(
             "console_started", listen=cfg.console.listen,
             allow_actions=cfg.console.allow_actions, auth=cfg.console.auth)
