@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from supervision.app import actions
 from supervision.app.console import views
+from supervision.app.console.daemon_metrics import scrape
 from supervision.app.console.security import (
     HEADERS,
     SESSION_COOKIE,
@@ -152,8 +153,10 @@ class _Console:
 
     @_page
     async def overview(self, request: Request) -> Response:
+        daemon = await scrape(self.cfg.http.listen)
         data = await self.read(views.overview, self.cfg)
-        return self.render(request, "overview.html", data, refresh=True)
+        return self.render(request, "overview.html", {**data, "daemon": daemon},
+                           refresh=True)
 
     @_page
     async def recordings(self, request: Request) -> Response:

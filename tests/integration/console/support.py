@@ -10,6 +10,7 @@ import psycopg
 
 from supervision.app.console.passwords import hash_password
 from supervision.config import Config
+from supervision.dev.stack import free_ports
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording
 
@@ -23,8 +24,10 @@ def password_hash() -> str:
 
 
 def console_config(dsn: str, **console: Any) -> Config:
+    """A console with the test login; its daemon's metrics on a port nobody serves."""
     return make_config(dsn, console={"user": USER, "password_hash": password_hash(),
-                                     **console})
+                                     **console},
+                       http={"listen": f"127.0.0.1:{free_ports(1)[0]}"})
 
 
 def basic(user: str = USER, password: str = PASSWORD) -> dict[str, str]:

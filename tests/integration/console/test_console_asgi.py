@@ -262,6 +262,16 @@ async def test_proxy_header_is_believed_only_from_trusted_proxies(db_dsn: str) -
             assert "ana@corp" in response.text
 
 
+async def test_overview_says_when_the_daemon_on_this_host_does_not_answer(
+        read_only: httpx.AsyncClient) -> None:
+    """No daemon behind http.listen: the overview still renders from PostgreSQL and says
+    the daemon's own figures (breaker, faults, cycles) are unavailable, and why."""
+    overview = await read_only.get("/")
+    assert overview.status_code == 200
+    assert 'id="daemon-down"' in overview.text and "ConnectError" in overview.text
+    assert 'id="verdicts"' in overview.text
+
+
 async def test_pages_say_why_while_postgres_is_down(db_dsn: str) -> None:
     """With the database unreachable, every page still answers, 503, naming PostgreSQL."""
     cfg = console_config("postgresql://nobody@127.0.0.1:9/none?connect_timeout=2",
