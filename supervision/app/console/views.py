@@ -40,9 +40,11 @@ def overview(conn: psycopg.Connection, cfg: Config) -> dict[str, Any]:
     """Per job: lease holder and term, pause, backlog, oldest age, SLO verdicts; the
     replicas seen (lease holders); what the cycles last observed of S3."""
     current = runbook.status(conn, cfg)
-    leases = _rows(conn, "leases_list", {})
+    leases = _rows(conn, "console_leases", {})
     return {"status": current, "leases": leases,
-            "replicas": sorted({str(lease["holder"]) for lease in leases if lease["holder"]}),
+            # a holder is host:pid:keeper (one keeper per job): the replica is host:pid
+            "replicas": sorted({str(lease["holder"]).rsplit(":", 1)[0]
+                                for lease in leases if lease["holder"]}),
             "health": _rows(conn, "dependency_health_list", {})}
 
 

@@ -121,3 +121,16 @@ SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload, o.he
 FROM messenger.integration_outbox o
 LEFT JOIN safetynet.outbox_dead_letters d ON d.outbox_id = o.id
 WHERE o.id = %(id)s;
+
+-- name: console_leases --
+-- Overview: each job's last leader and whether it holds the lease now. A lease given back
+-- at the end of a cycle has expires_at -infinity (leases.sql), which no client date type
+-- holds: the state is told in words, the seconds left only while it is held.
+SELECT job, holder, term, acquired_at,
+       CASE WHEN expires_at > clock_timestamp() THEN 'holding'
+            WHEN expires_at = '-infinity' THEN 'between cycles'
+            ELSE 'expired' END AS state,
+       CASE WHEN expires_at > clock_timestamp()
+            THEN extract(epoch FROM expires_at - clock_timestamp())::float8 END AS seconds_left
+FROM safetynet.leases
+ORDER BY job;

@@ -81,6 +81,24 @@ async def test_every_page_renders_and_is_linked_from_the_overview(
         assert "<script" not in response.text
 
 
+async def test_overview_shows_each_jobs_last_leader_held_given_back_or_expired(
+        db_dsn: str, read_only: httpx.AsyncClient) -> None:
+    """A lease held now, one given back at the end of a cycle (expires_at -infinity) and
+    one run out each render in words, with their holders as the replicas seen."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for job, holder, expires in (
+                ("recording-finalize", "host-a:1:x", "now() + interval '20 seconds'"),
+                ("conference-reaper", "host-b:2:y", "'-infinity'"),
+                ("outbox-relay", "host-a:1:x", "now() - interval '1 minute'")):
+            conn.execute("INSERT INTO safetynet.leases (job, holder, holder_pid, term,"  # noqa: S608
+                         f" acquired_at, expires_at) VALUES (%s, %s, 1, 3, now(), {expires})",
+                         (job, holder))
+    html = (await read_only.get("/")).text
+    for state in ("holding", "between cycles", "expired"):
+        assert f"<td>{state}" in html, state
+    assert "<code>host-a:1</code> <code>host-b:2</code>" in html
+
+
 async def test_quarantined_rows_show_ids_and_last_error_escaped(
         db_dsn: str, read_only: httpx.AsyncClient) -> None:
     """A quarantined row's recording id and last_error are listed; a planted <script> in

@@ -21,10 +21,12 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import free_ports
+from supervision.dev.stack import S3Server, free_ports
 from tests.cli import ROOT
 from tests.integration.console.support import PASSWORD, SCRIPT, USER, password_hash, quarantine
-from tests.messenger import attempt
+from tests.integration.test_pause import daemon_config
+from tests.integration.test_shutdown import start_daemon
+from tests.messenger import attempt, recording, upload_recording
 from tests.waiting import wait_until
 
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -37,11 +39,13 @@ pytestmark = pytest.mark.skipif(
 
 
 @contextlib.contextmanager
-def console_process(tmp_path: Path, dsn: str, allow_actions: bool) -> Iterator[str]:
+def console_process(tmp_path: Path, dsn: str, allow_actions: bool,
+                    daemon_port: int | None = None) -> Iterator[str]:
     (port,) = free_ports(1)
     path = tmp_path / f"console-{port}.toml"
     path.write_text(tomli_w.dumps({
         "postgres": {"dsn": dsn},
+        "http": {"listen": f"127.0.0.1:{daemon_port or free_ports(1)[0]}"},
         "console": {"listen": f"127.0.0.1:{port}", "allow_actions": allow_actions,
                     "user": USER, "password_hash": password_hash(), "refresh": 0},
     }))
@@ -120,55 +124,81 @@ def find(driver: Any, element_id: str) -> Any:
 
 def see(driver: Any, needle: str) -> None:
     """Wait until the page shows *needle* (a click's navigation may still be loading)."""
-    wait_until(lambda: needle in text(driver), 15.0, f"{needle!r} on the page")
+    try:
+        wait_until(lambda: needle in text(driver), 15.0, f"{needle!r} on the page")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the page shows: {text(driver)[:1500]!r}") from None
 
 
 def test_operator_requeues_pauses_and_resumes_in_the_browser(
-        db_dsn: str, tmp_path: Path, browser: Any) -> None:
-    """Log in, see the seeded incident (a planted <script> inert), requeue the quarantined
-    row with a reason and see it Pending and in the history, pause and resume a job."""
+        db_dsn: str, s3_server: S3Server, bucket: str, tmp_path: Path, browser: Any) -> None:
+    """Log in and see the overview of a running daemon (its leader, its own figures) with a
+    seeded incident whose planted <script> stays inert; requeue the quarantined row with a
+    reason and see the daemon make it Available, and the action in the history; pause and
+    resume a job."""
     from selenium.webdriver.common.by import By
 
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         _, rec = quarantine(conn, SCRIPT)
         quarantine(conn, "object:content_type_unknown:text/html")
-    with console_process(tmp_path, db_dsn, allow_actions=True) as url:
-        login(browser, url)
-        assert browser.title.startswith("Overview")  # the planted script never ran
-        assert rec in text(browser) and SCRIPT in text(browser)  # shown as text
-        shot(browser, "overview")
-        find(browser, "nav-recordings").click()
-        shot(browser, "recordings")
-        for box in browser.find_elements(By.CSS_SELECTOR, "input[name=ids]"):
-            if box.get_attribute("value") != attempt_id_of(db_dsn, rec):
-                box.click()  # leave only the planted row checked
-        find(browser, "requeue-selected").click()
-        find(browser, "reason").send_keys("bucket policy fixed")
-        shot(browser, "confirm")
-        find(browser, "confirm").click()
-        see(browser, "1 changed")
-        with psycopg.connect(db_dsn, autocommit=True) as conn:
-            assert attempt(conn, rec)["status"] == "Pending"
-        find(browser, "nav-history").click()
-        see(browser, "bucket policy fixed")
-        shot(browser, "history")
+    upload_recording(s3_server, rec, bucket=bucket)  # the binary was there all along
+    (daemon_port,) = free_ports(1)
+    config = daemon_config(tmp_path / "daemon.toml", db_dsn, s3_server, bucket, daemon_port)
+    daemon = start_daemon(config, tmp_path / "daemon.log")
+    try:
+        with console_process(tmp_path, db_dsn, True, daemon_port) as url:
+            login(browser, url)
 
-        find(browser, "nav-overview").click()
-        find(browser, "pause-conference-reaper").click()
-        find(browser, "for").send_keys("30m")
-        find(browser, "reason").send_keys("database failover drill")
-        find(browser, "confirm").click()
-        see(browser, "done")
-        find(browser, "nav-overview").click()
-        see(browser, "database failover drill")
-        shot(browser, "paused")
-        find(browser, "resume-conference-reaper").click()
-        find(browser, "reason").send_keys("drill over")
-        find(browser, "confirm").click()
-        see(browser, "done")
-        find(browser, "nav-overview").click()
-        see(browser, "Replicas seen")
-        assert browser.find_elements(By.ID, "pause-conference-reaper")
+            def leader_shown() -> bool:
+                browser.refresh()
+                return "recording-finalize cycles" in text(browser) and \
+                    "none yet" not in text(browser)
+
+            wait_until(leader_shown, 60.0, "the daemon's leader and cycles on the overview",
+                       step_s=0.5)
+            assert browser.title.startswith("Overview")  # the planted script never ran
+            assert rec in text(browser) and SCRIPT in text(browser)  # shown as text
+            shot(browser, "overview")
+            find(browser, "nav-recordings").click()
+            see(browser, "last_error")
+            shot(browser, "recordings")
+            for box in browser.find_elements(By.CSS_SELECTOR, "input[name=ids]"):
+                if box.get_attribute("value") != attempt_id_of(db_dsn, rec):
+                    box.click()  # leave only the planted row checked
+            find(browser, "requeue-selected").click()
+            find(browser, "reason").send_keys("bucket policy fixed")
+            shot(browser, "confirm")
+            find(browser, "confirm").click()
+            see(browser, "1 changed")
+            with psycopg.connect(db_dsn, autocommit=True) as conn:
+                wait_until(lambda: recording(conn, rec)["status"] == "Available", 30.0,
+                           "the daemon to finalise the requeued recording")
+            browser.get(f"{url}/recordings?q={rec}")
+            see(browser, "Available")
+            shot(browser, "search")
+            find(browser, "nav-history").click()
+            see(browser, "bucket policy fixed")
+            shot(browser, "history")
+
+            find(browser, "nav-overview").click()
+            see(browser, "SLO verdicts")
+            find(browser, "pause-conference-reaper").click()
+            find(browser, "for").send_keys("30m")
+            find(browser, "reason").send_keys("database failover drill")
+            find(browser, "confirm").click()
+            see(browser, "done")
+            find(browser, "nav-overview").click()
+            see(browser, "database failover drill")
+            shot(browser, "paused")
+            find(browser, "resume-conference-reaper").click()
+            find(browser, "reason").send_keys("drill over")
+            find(browser, "confirm").click()
+            see(browser, "done")
+            find(browser, "nav-overview").click()
+            assert find(browser, "pause-conference-reaper")
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=15)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         verbs = [r[0] for r in conn.execute(
             "SELECT verb FROM safetynet.operator_actions ORDER BY id")]
