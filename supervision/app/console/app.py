@@ -44,6 +44,7 @@ from supervision.config import Config
 from supervision.database import Database
 from supervision.durations import parse_duration
 from supervision.errors import SafetynetError
+from supervision.secrets import Scrubber, secrets_in
 from supervision.terminal import printable
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
@@ -127,14 +128,15 @@ def _page(fn: _Handler) -> _Handler:
 class _Console:
     def __init__(self, cfg: Config, db: Database, gate: Gate) -> None:
         self.cfg, self.db, self.gate = cfg, db, gate
+        self.scrubber = Scrubber(secrets_in(cfg))  # a driver's message may quote the DSN
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await self.db.run(fn, *args)
         except (SafetynetError, psycopg.Error) as exc:
-            raise Unavailable(f"PostgreSQL: {printable(type(exc).__name__)}: "
-                              f"{printable(str(exc).splitlines()[0] if str(exc) else '')}"
-                              ) from exc
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise Unavailable(self.scrubber.scrub(
+                f"PostgreSQL: {type(exc).__name__}: {printable(first)}")) from exc
 
     def render(self, request: Request, template: str, data: dict[str, Any], *,
                status: int = 200, refresh: bool = False) -> HTMLResponse:
