@@ -32,9 +32,15 @@ def _at_most(limit: float) -> Any:
 
 
 def _listen(value: Any) -> str | None:
-    from supervision.config import _host_port
-
-    return _host_port(value)
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be HOST:PORT, got {value!r}"
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return f"host must be an IP address or localhost, got {host!r}"
+    return None
 
 
 def _auth(value: Any) -> str | None:
@@ -43,7 +49,7 @@ def _auth(value: Any) -> str | None:
 
 
 def _password_hash(value: Any) -> str | None:
-    from supervision.app.console.passwords import BadHash, parse_hash
+    from supervision.passwords import BadHash, parse_hash
 
     if not value:
         return None

@@ -157,7 +157,7 @@ def write_layer(stack: DevStack, base_dir: Path, s3_url: str, console_password: 
                 ) -> Path:
     """The stack's addresses as a config layer over the demo settings (and, with
     *console_password*, the console's login: user ``dev``, actions allowed)."""
-    from supervision.app.console.passwords import hash_password
+    from supervision.passwords import hash_password
 
     endpoints = stack.endpoints()
     assert stack.postgres is not None

@@ -104,6 +104,17 @@ def record_action(conn: psycopg.Connection, who: Actor, verb: Verb, ids: Sequenc
     return int(row[0])
 
 
+def parse_since(text: str) -> dt.datetime:
+    """``--since``: a duration back from now (``24h``) or an ISO date/time (UTC if naive)."""
+    from supervision.durations import parse_duration
+
+    try:
+        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration(text))
+    except ValueError:
+        when = dt.datetime.fromisoformat(text)
+        return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
 def history(conn: psycopg.Connection, *, since: dt.datetime | None = None,
             before: int | None = None, limit: int = 100) -> list[Action]:
     """Trail rows newest first: those with id < *before* (a keyset page), at or after

@@ -9,7 +9,6 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from supervision.app.console.daemon_metrics import parse
-from supervision.app.console.passwords import BadHash, hash_password, verify_password
 from supervision.app.console.security import (
     FAILURE_WINDOW_S,
     MAX_FAILURES,
@@ -20,6 +19,7 @@ from supervision.app.console.security import (
     trusted,
 )
 from supervision.config import config_from_dict
+from supervision.passwords import BadHash, hash_password, verify_password
 
 
 def test_password_hash_round_trips_and_never_contains_the_password() -> None:

@@ -12,7 +12,6 @@ While PostgreSQL is down a page still renders, with what it could not show and w
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -39,7 +38,7 @@ from supervision.app.console.security import (
     cross_site,
     new_session,
 )
-from supervision.app.trail import Actor, Origin, Verb, record_action
+from supervision.app.trail import Actor, Origin, Verb, parse_since, record_action
 from supervision.config import Config
 from supervision.database import Database
 from supervision.durations import parse_duration
@@ -206,7 +205,7 @@ class _Console:
         before = _int(request.query_params.get("before"), None)
         since_text = request.query_params.get("since", "").strip()
         try:
-            since = _since(since_text) if since_text else None
+            since = parse_since(since_text) if since_text else None
         except ValueError:
             since = None
         data = await self.read(views.trail, before, since)
@@ -324,11 +323,3 @@ def _int(text: str | None, default: Any) -> Any:
     except ValueError:
         return default
 
-
-def _since(text: str) -> dt.datetime:
-    """``--since``: a duration back from now (24h) or an ISO date/time (UTC if naive)."""
-    try:
-        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration(text))
-    except ValueError:
-        when = dt.datetime.fromisoformat(text)
-        return when if when.tzinfo else when.replace(tzinfo=dt.UTC)

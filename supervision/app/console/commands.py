@@ -26,7 +26,7 @@ def console(hash_password: bool, config_files: tuple[Path, ...]) -> None:
     """The operator console in the browser, on console.listen (loopback by default):
     read-only unless console.allow_actions; every action is recorded (safetynet history)."""
     if hash_password:
-        from supervision.app.console.passwords import hash_password as make_hash
+        from supervision.passwords import hash_password as make_hash
 
         if sys.stdin.isatty():
             import getpass
@@ -108,11 +108,11 @@ def history(as_json: bool, since: str | None, limit: int,
     """The operator trail, newest first: who did what, from where (cli or console), to
     which ids, why, and the result."""
     from supervision.app import cli
-    from supervision.app.console.app import _since
     from supervision.app.trail import history as read_history
+    from supervision.app.trail import parse_since
 
     try:
-        when = None if since is None else _since(since)
+        when = None if since is None else parse_since(since)
     except ValueError:
         raise click.BadParameter("a duration (24h) or an ISO date/time",
                                  param_hint="--since") from None

@@ -1,7 +1,7 @@
 """Who may use the console, and what a request must carry (issue #27, item 5).
 
 * Authentication: HTTP basic against ``console.password_hash`` (scrypt,
-  :mod:`~supervision.app.console.passwords`), or ``console.proxy_header`` set by an
+  :mod:`~supervision.passwords`), or ``console.proxy_header`` set by an
   authenticating proxy, believed only from ``console.trusted_proxies``.
 * Failed logins: logged (``console_login_failed``, the client and the user name, never the
   password) and rate-limited per client address: :data:`MAX_FAILURES` in
@@ -28,8 +28,8 @@ import time
 import attrs
 import structlog
 
-from supervision.app.console.passwords import verify_password
 from supervision.console_config import ConsoleConfig
+from supervision.passwords import verify_password
 
 MAX_FAILURES = 5
 FAILURE_WINDOW_S = 60.0

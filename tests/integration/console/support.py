@@ -8,9 +8,9 @@ from typing import Any
 
 import psycopg
 
-from supervision.app.console.passwords import hash_password
 from supervision.config import Config
 from supervision.dev.stack import free_ports
+from supervision.passwords import hash_password
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording
 

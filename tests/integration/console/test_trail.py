@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from supervision.app.console.passwords import verify_password
+from supervision.passwords import verify_password
 from tests.cli import ROOT, cli, postgres_only_config
 from tests.integration.console.support import quarantine
 from tests.messenger import attempt, new_id
