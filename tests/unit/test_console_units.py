@@ -7,6 +7,7 @@ import base64
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from structlog.testing import capture_logs
 
 from supervision.app.console.daemon_metrics import parse
 from supervision.app.console.security import (
@@ -78,9 +79,10 @@ class FakeClock:
         return self.now
 
 
-def test_failed_logins_are_limited_per_client_until_the_window_passes() -> None:
-    """After MAX_FAILURES wrong passwords a client is refused (429) even with the right
-    one, another client is not, and the limit lifts once the window has passed."""
+def test_failed_logins_are_logged_and_limited_per_client_until_the_window_passes() -> None:
+    """Each failed login is logged with the client and user (never the password); after
+    MAX_FAILURES a client is refused (429) even with the right password, another client is
+    not, and the limit lifts once the window has passed."""
     cfg = config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"}, "console": {
         "user": "ana", "password_hash": hash_password("right")}}).console
     clock = FakeClock()
@@ -90,8 +92,12 @@ def test_failed_logins_are_limited_per_client_until_the_window_passes() -> None:
         return {"authorization": "Basic " + base64.b64encode(
             f"ana:{password}".encode()).decode()}
 
-    for _ in range(MAX_FAILURES):
-        assert isinstance(gate.authenticate("10.0.0.1", auth("wrong")), Refusal)
+    with capture_logs() as logs:
+        for _ in range(MAX_FAILURES):
+            assert isinstance(gate.authenticate("10.0.0.1", auth("guess-7731")), Refusal)
+    assert [(e["event"], e["client"], e["user"]) for e in logs] == [
+        ("console_login_failed", "10.0.0.1", "ana")] * MAX_FAILURES
+    assert not any("guess-7731" in str(v) for e in logs for v in e.values())
     limited = gate.authenticate("10.0.0.1", auth("right"))
     assert isinstance(limited, Refusal) and limited.status == 429
     assert gate.authenticate("10.0.0.2", auth("right")) == Login("ana")

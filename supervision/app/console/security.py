@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import threading
 import time
 
 import attrs
@@ -67,6 +68,9 @@ class Gate:
         factory=collections.OrderedDict)
     verified: dict[bytes, float] = attrs.field(factory=dict)
     clock: object = time.monotonic
+    # authenticate runs in worker threads (a login may cost one scrypt): one at a time
+    # touches the counters
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     def now(self) -> float:
         return self.clock()  # type: ignore[operator,no-any-return]
@@ -87,6 +91,10 @@ class Gate:
 
     def authenticate(self, client: str, headers: dict[str, str]) -> Login | Refusal:
         """The login of a request (a worker thread: a basic login may cost one scrypt)."""
+        with self.lock:
+            return self._authenticate(client, headers)
+
+    def _authenticate(self, client: str, headers: dict[str, str]) -> Login | Refusal:
         if self.cfg.auth == "proxy_header":
             return self._proxy(client, headers)
         if self.limited(client):
