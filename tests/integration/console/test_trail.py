@@ -108,3 +108,26 @@ def test_console_without_credentials_exits_78_naming_the_keys(config: Path) -> N
     assert proc.returncode == 78
     assert "console.user: required" in proc.stderr
     assert "console.password_hash: required" in proc.stderr
+
+
+def test_a_pause_past_its_expiry_is_ignored_and_replaced(db_dsn: str) -> None:
+    """A pause with an expiry holds the job until then; past it the keepers' read and
+    status ignore it, and a new pause replaces it (new, with its own reason)."""
+    from supervision.app.pauses import pause_job, paused_jobs
+    from supervision.queries import QUERIES
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        first = pause_job(conn, "recording-finalize", "upgrade", "ana@h", for_seconds=3600)
+        assert first.new
+        assert conn.execute(QUERIES["job_pauses_get"], {"job": "recording-finalize"}
+                            ).fetchone() is not None
+        (listed,) = paused_jobs(conn)
+        assert listed["expires_at"] is not None
+        conn.execute("UPDATE safetynet.job_pauses SET expires_at = now() - interval '1s'")
+        assert conn.execute(QUERIES["job_pauses_get"], {"job": "recording-finalize"}
+                            ).fetchone() is None
+        assert paused_jobs(conn) == []
+        again = pause_job(conn, "recording-finalize", "second", "bo@h")
+        assert again.new and again.pause.reason == "second"
+        (listed,) = paused_jobs(conn)
+        assert listed["expires_at"] is None
