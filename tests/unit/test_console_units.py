@@ -125,3 +125,21 @@ def test_daemon_metrics_are_read_into_breaker_faults_and_cycles() -> None:
     assert seen.runs == {"recording-finalize": {"ok": 7.0}}
     assert seen.mean_cycle_s == {"recording-finalize": 0.5}
     assert parse("u", "not { metrics").why.startswith("unreadable metrics")
+
+
+def test_trusted_proxies_is_an_array_or_a_comma_separated_environment_value() -> None:
+    """console.trusted_proxies takes a TOML array, or (from the environment too) a
+    comma-separated string; anything else names the key."""
+    from supervision.config import load_config
+    from supervision.errors import ConfigError
+
+    env = {"SAFETYNET__POSTGRES__DSN": "postgresql://a@b/c",
+           "SAFETYNET__CONSOLE__TRUSTED_PROXIES": "127.0.0.1, 10.1.0.0/16"}
+    assert load_config([], env).console.trusted_proxies == ("127.0.0.1", "10.1.0.0/16")
+    assert config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"}, "console": {
+        "trusted_proxies": "10.0.0.1"}}).console.trusted_proxies == ("10.0.0.1",)
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"},
+                          "console": {"trusted_proxies": [10]}})
+    assert caught.value.problems == [
+        "console.trusted_proxies: expected an array of strings, got array"]
