@@ -16,7 +16,8 @@ LOCK_ARGS ?=
 COMPILE := $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 \
 	--generate-hashes $(LOCK_ARGS) pyproject.toml requirements/build.in
 
-.PHONY: install lock dev test lint types pytest deploy-check reliability-report bad-input-report clean
+.PHONY: install lock dev test lint types pytest deploy-check reliability-report \
+	bad-input-report console-screenshots clean
 
 $(STAMP): $(LOCK) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +71,13 @@ reliability-report: $(STAMP)
 bad-input-report: $(STAMP)
 	$(PY) -m pytest -m badinput tests/badinput
 	$(PY) -m tests.badinput.report
+
+# The console's browser tests, then their screenshots published to docs/console/ (on
+# purpose only: a test run writes them under build/console/ and leaves the tree clean).
+console-screenshots: $(STAMP)
+	$(PY) -m pytest tests/integration/console/test_console_browser.py
+	mkdir -p docs/console
+	cp build/console/*.png docs/console/
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from supervision.console_config import ConsoleConfig
 from supervision.durations import format_duration, parse_duration
 from supervision.errors import ConfigError
 from supervision.secrets import REDACTED, InvalidDsn, Secret, parse_dsn, redact_dsn
@@ -572,6 +573,7 @@ class Config:
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
     supervision: SupervisionConfig = attrs.field(factory=SupervisionConfig)
     tracing: TracingConfig = attrs.field(factory=TracingConfig)
+    console: ConsoleConfig = attrs.field(factory=ConsoleConfig)  # `safetynet console`
 
 
 def _cross_checks(cfg: Config) -> Iterable[str]:
@@ -815,6 +817,11 @@ def _convert(ftype: Any, value: Any, duration: bool) -> Any:
             return ftype(value.strip().upper())
         except ValueError:
             raise ValueError(f"must be one of {choices}; got {str(value)!r}") from None
+    if ftype == tuple[str, ...]:  # an array of strings (from the environment: comma-separated)
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ValueError(f"expected an array of strings, got {_type_name(value)}")
+        return tuple(i.strip() for i in items if i.strip())
     if ftype is Secret:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {_type_name(value)}")
@@ -912,12 +919,15 @@ def settings_reference(cls: type[Any] = Config, prefix: str = "") -> list[Settin
         duration = field.metadata.get("duration", False)
         kind = "duration" if duration else getattr(ftype, "__name__", str(ftype))
         kind = "secret string" if ftype is Secret else kind
+        kind = "array of strings" if ftype == tuple[str, ...] else kind
         if isinstance(ftype, type) and issubclass(ftype, enum.Enum):
             kind = "one of " + ", ".join(member.value for member in ftype)
         if default is _REQUIRED:
             shown = "(required)"
         elif duration:
             shown = f'"{format_duration(default)}"'
+        elif isinstance(default, tuple):
+            shown = "[" + ", ".join(f'"{d}"' for d in default) + "]"
         elif isinstance(default, Secret | str):
             shown = f'"{default}"'
         else:

@@ -270,32 +270,64 @@ def audit(as_json: bool, since: str | None, kafka: bool, config_files: tuple[Pat
     sys.exit(report.exit_code)
 
 
+def _actor_options(func: _F) -> _F:
+    """``--reason`` and ``--actor``: recorded in the operator trail (``safetynet history``)."""
+    func = click.option("--actor", default=None,
+                        help="Who acts, for the trail (default: the OS user).")(func)
+    return click.option("--reason", default=None,
+                        help="Why: recorded in the trail (and shown by status).")(func)
+
+
 @main.command()
 @click.argument("ids", nargs=-1)
 @click.option("--all-quarantined", is_flag=True, help="Re-enqueue every quarantined row.")
 @click.option("--all-poisoned", is_flag=True,
               help="Release every poison conference (the next reaper cycle retries it).")
+@_actor_options
 @_config_option
 def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
-            config_files: tuple[Path, ...]) -> None:
+            reason: str | None, actor: str | None, config_files: tuple[Path, ...]) -> None:
     """Runbook re-enqueue of finalize rows (by row id or recording id): Pending,
     attempts 0, due now; a poison conference id (see status) is released: the next reaper
     cycle claims it. Unknown ids: exit 2 and nothing changes."""
-    from supervision.app.runbook import Released, UnknownIds
-    from supervision.app.runbook import requeue as do_requeue
-
     if bool(ids) == (all_quarantined or all_poisoned):
         raise click.UsageError("give finalize/conference ids or --all-quarantined/"
                                "--all-poisoned (not both)")
+    _requeue(ids, all_quarantined, all_poisoned, reason, actor, config_files, "requeue")
+
+
+@main.command()
+@click.argument("ids", nargs=-1)
+@click.option("--all-poisoned", is_flag=True, help="Release every poison conference.")
+@_actor_options
+@_config_option
+def release(ids: tuple[str, ...], all_poisoned: bool, reason: str | None,
+            actor: str | None, config_files: tuple[Path, ...]) -> None:
+    """Release poison conferences (by id, see status): the next reaper cycle claims them
+    again. Unknown ids: exit 2 and nothing changes."""
+    if bool(ids) == all_poisoned:
+        raise click.UsageError("give conference ids or --all-poisoned (not both)")
+    _requeue(ids, False, all_poisoned, reason, actor, config_files, "release")
+
+
+def _requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
+             reason: str | None, actor: str | None, config_files: tuple[Path, ...],
+             verb: str) -> None:
+    from supervision.app import actions
+    from supervision.app.runbook import Released, UnknownIds
+    from supervision.app.trail import Actor, Verb
+
     cfg = _load(config_files)
     try:
         with _connect(cfg) as conn:
-            changed = do_requeue(conn, list(ids), all_quarantined, all_poisoned)
+            done = actions.requeue(conn, Actor.from_os(actor), list(ids), reason,
+                                   all_quarantined=all_quarantined,
+                                   all_poisoned=all_poisoned, verb=Verb(verb))
     except UnknownIds as exc:
         _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
         _fail(f"postgres: {describe(exc)}", cfg=cfg)
-    for row in changed:
+    for row in done.changed:
         if isinstance(row, Released):
             click.echo(printable(
                 f"released poison conference {row.conference_id} ({row.phase}, "
@@ -305,7 +337,8 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
             f"requeued {row.attempt_id} (recording {row.recording_id}): "
             f"{row.previous_status}, attempts {row.previous_attempts} -> Pending, 0"
             + (f"; last_error was {row.last_error}" if row.last_error else "")))
-    click.echo(f"{len(changed)} row(s) requeued")
+    click.echo(f"{len(done.changed)} row(s) {'released' if verb == 'release' else 'requeued'}"
+               f" (trail #{done.trail_id})")
 
 
 @main.command("dead-letters")
@@ -395,17 +428,26 @@ def _connect(cfg: Config) -> psycopg.Connection:
 
 @main.command()
 @click.option("--job", required=True, type=click.Choice(JOBS), help="The job to pause.")
-@click.option("--reason", default=None, help="Why (shown by status and in the logs).")
+@click.option("--for", "for_", default=None,
+              help="End the pause by itself after this long (a duration, e.g. 2h).")
+@_actor_options
 @_config_option
-def pause(job: str, reason: str | None, config_files: tuple[Path, ...]) -> None:
+def pause(job: str, for_: str | None, reason: str | None, actor: str | None,
+          config_files: tuple[Path, ...]) -> None:
     """Pause JOB on every replica: from its next cycle start no replica takes its lease or
-    runs it (a cycle already running finishes), until `safetynet resume`."""
-    from supervision.app.pauses import operator, pause_job
+    runs it (a cycle already running finishes), until `safetynet resume` (or --for)."""
+    from supervision.app import actions
+    from supervision.app.trail import Actor
+    from supervision.durations import parse_duration
 
+    try:
+        seconds = None if for_ is None else parse_duration(for_)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--for") from None
     cfg = _load(config_files)
     try:
         with _connect(cfg) as conn:
-            done = pause_job(conn, job, reason, operator())
+            done, _ = actions.pause(conn, Actor.from_os(actor), job, reason, seconds)
     except psycopg.Error as exc:
         _fail(f"postgres: {type(exc).__name__}")
     since = f"since {done.pause.paused_at} by {done.pause.paused_by}"
@@ -416,15 +458,18 @@ def pause(job: str, reason: str | None, config_files: tuple[Path, ...]) -> None:
 
 @main.command()
 @click.option("--job", required=True, type=click.Choice(JOBS), help="The job to resume.")
+@_actor_options
 @_config_option
-def resume(job: str, config_files: tuple[Path, ...]) -> None:
+def resume(job: str, reason: str | None, actor: str | None,
+           config_files: tuple[Path, ...]) -> None:
     """Resume a paused JOB: every replica runs it again from its next tick."""
-    from supervision.app.pauses import resume_job
+    from supervision.app import actions
+    from supervision.app.trail import Actor
 
     cfg = _load(config_files)
     try:
         with _connect(cfg) as conn:
-            ended = resume_job(conn, job)
+            ended, _ = actions.resume(conn, Actor.from_os(actor), job, reason)
     except psycopg.Error as exc:
         _fail(f"postgres: {type(exc).__name__}")
     if ended is None:
@@ -525,3 +570,13 @@ def dev(base_dir: Path | None, recordings: int, conferences: int, no_outage: boo
 
     scenario = Scenario(recordings, conferences, not no_outage, exit_when_done, deadline)
     sys.exit(run_dev(base_dir, scenario))
+
+
+def _register_console() -> None:
+    from supervision.app.console.commands import console, history
+
+    main.add_command(console)
+    main.add_command(history)
+
+
+_register_console()

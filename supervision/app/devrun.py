@@ -6,8 +6,10 @@ without, 10% Available but never published) and ``--conferences M`` orphaned con
 (a third per reaper phase, with participants). Unless ``--no-outage``, object storage is
 unreachable for the first seconds (a proxy refuses connections), so the outage breaker and
 recovery are visible. Then the daemon runs in-process with short intervals while a live
-table shows each job's progress; Ctrl-C (or, with ``--exit-when-done``, the end of the
-work) stops it, prints a summary and stops every server.
+table shows each job's progress, and the operator console (``safetynet console``, actions
+allowed, a fresh password printed with its address) serves beside it; Ctrl-C (or, with
+``--exit-when-done``, the end of the work) stops it, prints a summary and stops every
+server.
 
 The demo's settings (``supervision/dev/demo.toml``) ship inside the package, so the demo
 behaves the same from any directory and from an installed wheel. With
@@ -19,8 +21,10 @@ mismatches otherwise.
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import tempfile
+from functools import partial
 from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from supervision.app.console.commands import serve_console
 from supervision.config import Config, load_config
 from supervision.dev.proxy import OutageProxy
 from supervision.dev.stack import DevStack, free_ports, open_dev_stack
@@ -50,6 +55,7 @@ from supervision.secrets import redact_dsn
 DATABASE = "messenger"
 BUCKET = "call-recordings"
 OUTAGE_SECONDS = 6.0
+CONSOLE_USER = "dev"
 
 COUNTERS = {
     "reconciled": "messenger_recording_finalize_reconciled_total",
@@ -147,18 +153,27 @@ async def seed(stack: DevStack, scenario: Scenario) -> dict[str, int]:
     return truth
 
 
-def write_layer(stack: DevStack, base_dir: Path, s3_url: str) -> Path:
-    """The stack's addresses as a config layer over the demo settings."""
+def write_layer(stack: DevStack, base_dir: Path, s3_url: str, console_password: str = ""
+                ) -> Path:
+    """The stack's addresses as a config layer over the demo settings (and, with
+    *console_password*, the console's login: user ``dev``, actions allowed)."""
+    from supervision.passwords import hash_password
+
     endpoints = stack.endpoints()
     assert stack.postgres is not None
-    layer = {
-        "http": {"listen": f"127.0.0.1:{free_ports(1)[0]}"},
+    http_port, console_port = free_ports(2)
+    layer: dict[str, Any] = {
+        "http": {"listen": f"127.0.0.1:{http_port}"},
         "postgres": {"dsn": stack.postgres.dsn_for(DATABASE)},
         "kafka": {"bootstrap_servers": endpoints.kafka_bootstrap},
         "s3": {"endpoint_url": s3_url, "region": endpoints.s3.region, "bucket": BUCKET,
                "access_key_id": endpoints.s3.access_key_id,
                "secret_access_key": endpoints.s3.secret_access_key, "timeout": "2s"},
     }
+    if console_password:
+        layer["console"] = {"listen": f"127.0.0.1:{console_port}", "allow_actions": True,
+                            "user": CONSOLE_USER, "refresh": 2,
+                            "password_hash": hash_password(console_password)}
     path = base_dir / "safetynet-dev.toml"
     path.write_text(tomli_w.dumps(layer), encoding="utf-8")
     path.chmod(0o600)  # it holds the demo's credentials
@@ -215,13 +230,17 @@ async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
     exit_code = 0
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
-        layer = write_layer(stack, base_dir, proxy.url)
+        password = secrets.token_urlsafe(12)  # this demo's only; printed below, loopback
+        layer = write_layer(stack, base_dir, proxy.url, password)
         cfg = load_dev_config(layer)
         dsn = cfg.postgres.dsn.reveal()
+        nursery.start_soon(partial(serve_console, cfg, signals=False))
         console.print(f"  postgres  {redact_dsn(dsn)}\n  kafka     "
                       f"{stack.endpoints().kafka_bootstrap}\n  s3        "
                       f"{stack.s3.endpoint_url} (bucket {BUCKET}, via outage proxy {proxy.url})"
-                      f"\n  metrics   http://{cfg.http.listen}/metrics\n  config    {layer}")
+                      f"\n  metrics   http://{cfg.http.listen}/metrics\n  config    {layer}"
+                      f"\n  console   http://{cfg.console.listen}/  (user {CONSOLE_USER}, "
+                      f"password {password}; actions allowed)", markup=False)
         truth = await seed(stack, scenario)
         console.print(f"seeded {scenario.recordings} recordings and {scenario.conferences} "
                       f"conferences; expecting {truth}")
@@ -267,7 +286,8 @@ async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
         table.add_row(key, str(value), str(truth.get(key, "")))
     console.print(table)
     click.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
-    console.print(f"metrics were served on http://{cfg.http.listen}/metrics")
+    console.print(f"metrics were served on http://{cfg.http.listen}/metrics, the console on "
+                  f"http://{cfg.console.listen}/")
     if not scenario.exit_when_done:
         return exit_code
     missed = mismatches(summary, truth)

@@ -40,11 +40,14 @@ def operator() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def pause_job(conn: psycopg.Connection, job: str, reason: str | None, by: str) -> Paused:
-    """Pause *job* on every replica; a job paused already keeps its first pause."""
+def pause_job(conn: psycopg.Connection, job: str, reason: str | None, by: str,
+              for_seconds: float | None = None) -> Paused:
+    """Pause *job* on every replica (for *for_seconds*, or until resumed); a job paused
+    already keeps its first pause."""
     with conn.transaction():
         row = conn.execute(QUERIES["job_pauses_insert"], {
-            "job": job, "reason": reason, "paused_by": by}).fetchone()
+            "job": job, "reason": reason, "paused_by": by,
+            "seconds": for_seconds}).fetchone()
         if row is not None:
             return Paused(JobPause(*row), new=True)
         row = conn.execute(QUERIES["job_pauses_get"], {"job": job}).fetchone()
@@ -63,5 +66,6 @@ def paused_jobs(conn: psycopg.Connection) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(QUERIES["job_pauses_list"]).fetchall()
     return [{"job": r["job"], "reason": r["reason"], "paused_at": str(r["paused_at"]),
-             "paused_by": r["paused_by"], "paused_for_seconds": r["paused_for_seconds"]}
+             "paused_by": r["paused_by"], "paused_for_seconds": r["paused_for_seconds"],
+             "expires_at": None if r["expires_at"] is None else str(r["expires_at"])}
             for r in rows]

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from supervision.app.devrun import mismatches
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,6 +82,47 @@ def test_dev_heals_the_seeded_incident_and_reports_the_truth(wheel_site: Path,
         "provision_failed": 10, "stale_timeout": 10, "restarts": 0,
     }
     assert "stopped every server" in proc.stdout
+    assert re.search(r"console   http://127\.0\.0\.1:\d+/  \(user dev, password \S+;",
+                     proc.stdout)
+
+
+def test_dev_serves_the_console_beside_the_demo(wheel_site: Path, tmp_path: Path) -> None:
+    """While the demo runs, the address it prints answers the console's overview with the
+    printed login (and 401 without it); Ctrl-C stops both."""
+    env = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "200", "PYTHONPATH": str(wheel_site)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervision.app", "dev", "--dir", str(tmp_path / "stack"),
+         "--recordings", "20", "--conferences", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
+    try:
+        assert proc.stdout is not None
+        match = None
+        for line in proc.stdout:
+            match = re.search(r"console   (http://\S+)  \(user (\S+), password (\S+);", line)
+            if match:
+                break
+        assert match, "no console address printed"
+        url, user, password = match.groups()
+        wait_until(lambda: _answers(url), 30.0, "the console to listen")
+        assert httpx.get(url, timeout=10).status_code == 401
+        overview = httpx.get(url, auth=(user, password), timeout=10)
+        assert overview.status_code == 200 and "SLO verdicts" in overview.text
+        # the daemon leads a job (it handles Ctrl-C from then on): the console shows it
+        wait_until(lambda: "none yet" not in httpx.get(url, auth=(user, password),
+                                                       timeout=10).text,
+                   60.0, "a lease holder on the console's overview", step_s=0.5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=2)
+    except httpx.TransportError:
+        return False
+    return True
 
 
 def test_dev_past_its_deadline_exits_1_with_the_summary_and_what_was_missed(

@@ -132,6 +132,8 @@ EXPECTED_INDEXES = {
                              "((status)::text = 'Provisioning'::text)"),
     # the reaper's recordings of a batch (migration 0010), terminal ones included
     "ix_recording_session": ("call_recordings", False, ["session_kind", "session_id"], None),
+    # the console's search by file id (migration 0012)
+    "ix_recording_file_id": ("call_recordings", False, ["file_id"], "(file_id IS NOT NULL)"),
 }
 
 PRIMARY_KEYS = {
@@ -233,7 +235,8 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
     assert tables == [("messenger", t) for t in sorted(EXPECTED_COLUMNS)] + [
         ("safetynet", "conference_poison"), ("safetynet", "dependency_health"),
         ("safetynet", "finalize_redrives"), ("safetynet", "job_pauses"),
-        ("safetynet", "leases"), ("safetynet", "outbox_dead_letters"),
+        ("safetynet", "leases"), ("safetynet", "operator_actions"),
+        ("safetynet", "outbox_dead_letters"),
         ("safetynet", "schema_migrations")]
 
 

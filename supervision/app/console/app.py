@@ -1,0 +1,325 @@
+"""The console's routes: pages (GET, read-only) and actions (POST, confirmed, trailed).
+
+>>> app = build_app(cfg, db)      # a Starlette app; `safetynet console` serves it on Trio
+
+Actions are two POSTs: the first (from a list's form, with the ids the page showed) renders a
+confirmation naming every id and asking for the reason; the second (``confirm=yes``, the
+reason non-empty) acts through :mod:`supervision.app.actions` on exactly those ids. Both carry
+the per-session token; with ``console.allow_actions`` false every action answers 403.
+
+While PostgreSQL is down a page still renders, with what it could not show and why (503).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import jinja2
+import psycopg
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from supervision.app import actions
+from supervision.app.console import views
+from supervision.app.console.daemon_metrics import scrape
+from supervision.app.console.security import (
+    HEADERS,
+    SESSION_COOKIE,
+    Gate,
+    Login,
+    cross_site,
+    new_session,
+)
+from supervision.app.trail import Actor, Origin, Verb, parse_since, record_action
+from supervision.config import Config
+from supervision.database import Database
+from supervision.durations import parse_duration
+from supervision.errors import SafetynetError
+from supervision.secrets import Scrubber, secrets_in
+from supervision.terminal import printable
+
+JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
+STATUSES = ("Quarantined", "Pending")
+MAX_IDS = views.PAGE  # a bulk action names at most one page of ids
+T = TypeVar("T")
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("supervision.app.console", "templates"),
+    autoescape=True, undefined=jinja2.StrictUndefined)
+_CSS = (resources.files("supervision.app.console") / "static" / "console.css").read_bytes()
+
+
+class Unavailable(Exception):
+    """The database could not answer: the page says so and why."""
+
+
+def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
+    gate = gate or Gate(cfg.console)
+    console = _Console(cfg, db, gate)
+    routes = [
+        Route("/", console.overview), Route("/recordings", console.recordings),
+        Route("/conferences", console.conferences), Route("/outbox", console.outbox),
+        Route("/outbox/{row_id:int}", console.outbox_row), Route("/audit", console.audit),
+        Route("/history", console.history),
+        Route("/static/console.css", console.css),
+        *(Route(f"/actions/{name}", getattr(console, f"act_{name}"), methods=["POST"])
+          for name in ("requeue", "release", "pause", "resume", "audit")),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(_Guard, gate=gate)])
+
+
+class _Guard(BaseHTTPMiddleware):
+    """Authentication, the cross-site check of POSTs, the session cookie, the headers."""
+
+    def __init__(self, app: Any, gate: Gate) -> None:
+        super().__init__(app)
+        self.gate = gate
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint
+                       ) -> Response:
+        client = request.client.host if request.client else ""
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        login = await anyio.to_thread.run_sync(self.gate.authenticate, client, headers)
+        session = request.cookies.get(SESSION_COOKIE, "")
+        if not isinstance(login, Login):
+            response: Response = PlainTextResponse(login.message, login.status, login.headers)
+        elif request.method not in ("GET", "HEAD") and (why := cross_site(
+                headers, request.headers.get("host", ""), request.url.scheme)):
+            response = PlainTextResponse(f"cross-site request refused ({why})", 403)
+        elif request.method not in ("GET", "HEAD") and not session:
+            response = PlainTextResponse("no session: reload the page and try again", 403)
+        else:
+            request.state.user = login.user
+            request.state.session = session or new_session()
+            response = await call_next(request)
+            if not session:  # the session the form token is bound to
+                response.set_cookie(SESSION_COOKIE, request.state.session, httponly=True,
+                                    samesite="strict", secure=request.url.scheme == "https",
+                                    path="/")
+        for key, value in HEADERS.items():
+            response.headers[key] = value
+        return response
+
+
+_Handler = Callable[["_Console", Request], Awaitable[Response]]
+
+
+def _page(fn: _Handler) -> _Handler:
+    """A page that renders "unavailable, because ..." (503) when the database cannot answer."""
+    @functools.wraps(fn)
+    async def page(self: _Console, request: Request) -> Response:
+        try:
+            return await fn(self, request)
+        except Unavailable as exc:
+            return self.render(request, "unavailable.html", {"why": str(exc)}, status=503)
+
+    return page
+
+
+class _Console:
+    def __init__(self, cfg: Config, db: Database, gate: Gate) -> None:
+        self.cfg, self.db, self.gate = cfg, db, gate
+        self.scrubber = Scrubber(secrets_in(cfg))  # a driver's message may quote the DSN
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await self.db.run(fn, *args)
+        except (SafetynetError, psycopg.Error) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise Unavailable(self.scrubber.scrub(
+                f"PostgreSQL: {type(exc).__name__}: {printable(first)}")) from exc
+
+    def render(self, request: Request, template: str, data: dict[str, Any], *,
+               status: int = 200, refresh: bool = False) -> HTMLResponse:
+        user = getattr(request.state, "user", "")
+        session = getattr(request.state, "session", "")
+        body = _templates.get_template(template).render(
+            **data, user=user, token=self.gate.token(session, user),
+            allow_actions=self.cfg.console.allow_actions, jobs=JOBS, path=request.url.path,
+            refresh=self.cfg.console.refresh if refresh else 0)
+        return HTMLResponse(body, status)
+
+    async def css(self, request: Request) -> Response:
+        return Response(_CSS, media_type="text/css")
+
+    # ------------------------------------------------------------------ pages
+
+    @_page
+    async def overview(self, request: Request) -> Response:
+        daemon = await scrape(self.cfg.http.listen)
+        data = await self.read(views.overview, self.cfg)
+        return self.render(request, "overview.html", {**data, "daemon": daemon},
+                           refresh=True)
+
+    @_page
+    async def recordings(self, request: Request) -> Response:
+        q = request.query_params
+        status = q.get("status", "Quarantined")
+        status = status if status in STATUSES else "Quarantined"
+        window = q.get("window", "all")
+        window = window if window in views.WINDOWS else "all"
+        search = q.get("q", "").strip()[:512]
+        data = await self.read(views.recordings, status, window,
+                               views.Cursor.decode(q.get("after")), search)
+        return self.render(request, "recordings.html", {
+            **data, "status": status, "window": window, "q": search,
+            "live": q.get("live") == "1"}, refresh=q.get("live") == "1")
+
+    @_page
+    async def conferences(self, request: Request) -> Response:
+        data = await self.read(views.conferences, self.cfg)
+        return self.render(request, "conferences.html", data)
+
+    @_page
+    async def outbox(self, request: Request) -> Response:
+        after = _int(request.query_params.get("after"), 0)
+        before = _int(request.query_params.get("before"), None)
+        data = await self.read(views.outbox, after, before)
+        return self.render(request, "outbox.html", data, refresh=after == 0 and before is None)
+
+    @_page
+    async def outbox_row(self, request: Request) -> Response:
+        row = await self.read(views.outbox_row, int(request.path_params["row_id"]))
+        if row is None:
+            return self.render(request, "message.html", {
+                "title": "not found", "message": "no such outbox row (published rows are "
+                "pruned after outbox_relay.retention)"}, status=404)
+        return self.render(request, "outbox_row.html", {"row": row})
+
+    @_page
+    async def audit(self, request: Request) -> Response:
+        run = request.query_params.get("run") == "1"
+        violations = await self.read(views.audit, self.cfg) if run else None
+        return self.render(request, "audit.html", {"violations": violations, "run": run})
+
+    @_page
+    async def history(self, request: Request) -> Response:
+        before = _int(request.query_params.get("before"), None)
+        since_text = request.query_params.get("since", "").strip()
+        try:
+            since = parse_since(since_text) if since_text else None
+        except ValueError:
+            since = None
+        data = await self.read(views.trail, before, since)
+        return self.render(request, "history.html", {**data, "since": since_text},
+                           refresh=before is None)
+
+    # ---------------------------------------------------------------- actions
+
+    async def _form(self, request: Request) -> tuple[dict[str, Any], list[str]] | Response:
+        """The form of an action, or the refusal: read-only, a bad token."""
+        if not self.cfg.console.allow_actions:
+            return self.render(request, "message.html", {
+                "title": "read-only", "message": "this console is read-only "
+                "(console.allow_actions = false): use the safetynet CLI, or enable actions"},
+                status=403)
+        form = await request.form()
+        if not self.gate.token_ok(request.state.session, request.state.user,
+                                  str(form.get("token", ""))):
+            return PlainTextResponse("missing or wrong form token: reload the page", 403)
+        ids = [str(i) for i in form.getlist("ids")][:MAX_IDS]
+        return {k: str(v) for k, v in form.items() if k != "ids"}, ids
+
+    def _who(self, request: Request) -> Actor:
+        return Actor(request.state.user, Origin.CONSOLE,
+                     request.client.host if request.client else None)
+
+    async def _confirm_or_act(self, request: Request, verb: Verb,
+                              act: Callable[[dict[str, Any], list[str], str], Awaitable[Any]],
+                              ) -> Response:
+        parsed = await self._form(request)
+        if isinstance(parsed, Response):
+            return parsed
+        fields, ids = parsed
+        reason = fields.get("reason", "").strip()[:1024]
+        if fields.get("confirm") != "yes" or not reason:
+            return self.render(request, "confirm.html", {
+                "verb": verb.value, "ids": ids, "fields": fields,
+                "error": "a reason is required" if fields.get("confirm") == "yes" else ""},
+                status=400 if fields.get("confirm") == "yes" else 200)
+        try:
+            result = await act(fields, ids, reason)
+        except Unavailable as exc:
+            return self.render(request, "unavailable.html", {"why": str(exc)}, status=503)
+        return self.render(request, "done.html", {"verb": verb.value, "result": result})
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await self.db.run(fn, *args)
+        except (SafetynetError, psycopg.Error) as exc:
+            raise Unavailable(f"PostgreSQL: {type(exc).__name__}") from exc
+
+    async def act_requeue(self, request: Request) -> Response:
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            status = fields.get("status", "Quarantined")
+            status = status if status in STATUSES else "Quarantined"
+            return await self._write(functools.partial(
+                actions.requeue_snapshot, status=status), self._who(request), ids, reason)
+
+        return await self._confirm_or_act(request, Verb.REQUEUE, act)
+
+    async def act_release(self, request: Request) -> Response:
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            return await self._write(actions.release_snapshot, self._who(request), ids,
+                                     reason)
+
+        return await self._confirm_or_act(request, Verb.RELEASE, act)
+
+    async def act_pause(self, request: Request) -> Response:
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            job = fields.get("job", "")
+            if job not in JOBS:
+                raise Unavailable("unknown job")
+            text = fields.get("for", "").strip()
+            try:
+                seconds = parse_duration(text) if text else None
+            except ValueError:
+                seconds = None
+            done, trail_id = await self._write(actions.pause, self._who(request), job,
+                                               reason, seconds)
+            return {"job": job, "new": done.new, "paused_by": done.pause.paused_by,
+                    "for_seconds": seconds, "trail_id": trail_id}
+
+        return await self._confirm_or_act(request, Verb.PAUSE, act)
+
+    async def act_resume(self, request: Request) -> Response:
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            job = fields.get("job", "")
+            if job not in JOBS:
+                raise Unavailable("unknown job")
+            ended, trail_id = await self._write(actions.resume, self._who(request), job,
+                                                reason)
+            return {"job": job, "was_paused": ended is not None, "trail_id": trail_id}
+
+        return await self._confirm_or_act(request, Verb.RESUME, act)
+
+    async def act_audit(self, request: Request) -> Response:
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            violations = await self.read(views.audit, self.cfg)
+            who = self._who(request)
+
+            def trail(conn: psycopg.Connection) -> int:
+                return record_action(conn, who, Verb.AUDIT, [], reason, {
+                    "violations": len(violations),
+                    "ids": [v.subject for v in violations][:100]})
+
+            trail_id = await self._write(trail)
+            return {"violations": [str(v) for v in violations], "trail_id": trail_id}
+
+        return await self._confirm_or_act(request, Verb.AUDIT, act)
+
+
+def _int(text: str | None, default: Any) -> Any:
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default
+

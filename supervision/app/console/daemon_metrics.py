@@ -1,0 +1,83 @@
+"""What the daemon on this host says of itself, read from its ``/metrics`` (``http.listen``).
+
+>>> seen = await scrape(cfg.http.listen)
+>>> seen.breaker_open, seen.config_faults, seen.runs["recording-finalize"]
+(False, [], {'ok': 412.0, 'error': 1.0})
+
+The database holds what every replica shares (leases, pauses, backlogs); the breaker, the
+configuration faults and the cycle counters live in a daemon's process. The console reads
+them from the daemon whose ``http.listen`` its configuration names (bounded: one GET,
+:data:`TIMEOUT_S`), and says so plainly when that daemon does not answer — the console itself
+works without it.
+"""
+
+from __future__ import annotations
+
+import attrs
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+TIMEOUT_S = 1.0
+MAX_BYTES = 2 * 1024 * 1024
+RUNS = {"messenger_recording_finalize_run": "recording-finalize",
+        "messenger_conf_reaper_run": "conference-reaper"}
+DURATIONS = {"messenger_recording_finalize_cycle_duration_seconds": "recording-finalize",
+             "messenger_conf_reaper_cycle_duration_seconds": "conference-reaper"}
+
+
+@attrs.frozen
+class DaemonView:
+    url: str
+    why: str = ""  # non-empty: not reachable, and why
+    breaker_open: bool = False
+    config_faults: list[str] = attrs.field(factory=list)
+    runs: dict[str, dict[str, float]] = attrs.field(factory=dict)
+    mean_cycle_s: dict[str, float] = attrs.field(factory=dict)
+    leading: list[str] = attrs.field(factory=list)  # jobs whose lease this daemon holds
+    reaped: dict[str, float] = attrs.field(factory=dict)
+
+
+async def scrape(listen: str) -> DaemonView:
+    url = f"http://{listen}/metrics"
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            response = await client.get(url)
+    except httpx.HTTPError as exc:
+        return DaemonView(url, f"{type(exc).__name__} (is `safetynet run` up on this host?)")
+    if response.status_code != 200 or len(response.content) > MAX_BYTES:
+        return DaemonView(url, f"HTTP {response.status_code}")
+    return parse(url, response.text)
+
+
+def parse(url: str, text: str) -> DaemonView:
+    runs: dict[str, dict[str, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    faults: list[str] = []
+    leading: list[str] = []
+    reaped: dict[str, float] = {}
+    breaker = False
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        return DaemonView(url, f"unreadable metrics: {type(exc).__name__}")
+    for family in families:
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if name.removesuffix("_total") in RUNS and name.endswith("_total"):
+                job = RUNS[name.removesuffix("_total")]
+                runs.setdefault(job, {})[labels.get("status", "")] = value
+            elif name.removesuffix("_sum") in DURATIONS and name.endswith("_sum"):
+                sums[DURATIONS[name.removesuffix("_sum")]] = value
+            elif name.removesuffix("_count") in DURATIONS and name.endswith("_count"):
+                counts[DURATIONS[name.removesuffix("_count")]] = value
+            elif name == "safetynet_s3_breaker_open":
+                breaker = breaker or value > 0
+            elif name == "safetynet_config_fault" and value > 0:
+                faults.append(labels.get("component", "?"))
+            elif name == "safetynet_lock_held" and value > 0:
+                leading.append(labels.get("job", "?"))
+            elif name == "messenger_conf_reaper_items_total":
+                reaped[labels.get("outcome", "?")] = value
+    mean = {job: sums[job] / n for job, n in counts.items() if n and job in sums}
+    return DaemonView(url, "", breaker, sorted(faults), runs, mean, sorted(leading), reaped)

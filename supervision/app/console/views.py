@@ -1,0 +1,140 @@
+"""What each console page shows: plain functions over one connection, run in a worker thread.
+
+Every list is a keyset page (``after``/``before`` cursors through an index, at most
+:data:`PAGE` rows) and every count is capped or an estimate (the statements of
+``supervision/sql/queries/console.sql``, and the same ``status`` the CLI prints), so a page
+costs the same on a million rows as on ten (bench/console_pages.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg.rows import dict_row
+
+from actors.finalize_store import stats as finalize_stats
+from actors.invariants import Thresholds, judge_database
+from supervision.app import runbook
+from supervision.app.trail import Action, history
+from supervision.config import Config
+from supervision.queries import QUERIES
+
+PAGE = 50
+WINDOWS = ("due", "later", "all")  # recordings: due now, rescheduled later, every Pending
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+NIL = "00000000-0000-0000-0000-000000000000"
+
+
+def _rows(conn: psycopg.Connection, name: str, params: dict[str, Any]
+          ) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(QUERIES[name], params).fetchall()
+
+
+def overview(conn: psycopg.Connection, cfg: Config) -> dict[str, Any]:
+    """Per job: lease holder and term, pause, backlog, oldest age, SLO verdicts; the
+    replicas seen (lease holders); what the cycles last observed of S3."""
+    current = runbook.status(conn, cfg)
+    leases = _rows(conn, "console_leases", {})
+    return {"status": current, "leases": leases,
+            # a holder is host:pid:keeper (one keeper per job): the replica is host:pid
+            "replicas": sorted({str(lease["holder"]).rsplit(":", 1)[0]
+                                for lease in leases if lease["holder"]}),
+            "health": _rows(conn, "dependency_health_list", {})}
+
+
+@attrs.frozen
+class Cursor:
+    """A keyset position in (next_attempt_at, id) order."""
+
+    at: dt.datetime = EPOCH
+    id: str = NIL
+
+    def encode(self) -> str:
+        return f"{self.at.isoformat()}_{self.id}"
+
+    @classmethod
+    def decode(cls, text: str | None) -> Cursor:
+        if not text or "_" not in text:
+            return cls()
+        at, _, ident = text.rpartition("_")
+        try:
+            return cls(dt.datetime.fromisoformat(at), str(uuid.UUID(ident)))
+        except ValueError:
+            return cls()
+
+
+def recordings(conn: psycopg.Connection, status: str, window: str, after: Cursor,
+               search: str) -> dict[str, Any]:
+    """One page of finalize rows in *status* (Pending: due / rescheduled / all), or those of
+    one searched id (row, recording, session or file id)."""
+    stats = finalize_stats(conn)
+    if search:
+        try:
+            as_uuid: str | None = str(uuid.UUID(search))
+        except ValueError:
+            as_uuid = None
+        rows = _rows(conn, "console_finalize_search",
+                     {"uuid": as_uuid, "text": search, "limit": PAGE})
+        return {"stats": stats, "rows": rows, "next": None}
+    rows = _rows(conn, "console_finalize_page", {
+        "status": status, "window": window, "after_at": after.at, "after_id": after.id,
+        "limit": PAGE + 1})
+    more = len(rows) > PAGE
+    rows = rows[:PAGE]
+    last = rows[-1] if rows else None
+    return {"stats": stats, "rows": rows, "next": Cursor(
+        last["next_attempt_at"], str(last["id"])).encode() if more and last else None}
+
+
+def conferences(conn: psycopg.Connection, cfg: Config) -> dict[str, Any]:
+    """The active backlog per phase (capped), and the poison conferences with reasons."""
+    cr = cfg.jobs.conference_reaper
+    phases = _rows(conn, "console_conference_phase_counts", {
+        "empty_room_grace": cr.empty_room_grace, "provision_timeout": cr.provision_timeout,
+        "stale_live_timeout": cr.stale_live_timeout})
+    poison = _rows(conn, "conference_poison_list", {"limit": PAGE})
+    return {"phases": phases, "poison": poison,
+            "poison_total": int(poison[0]["total"]) if poison else 0}
+
+
+def outbox(conn: psycopg.Connection, after: int, before: int | None) -> dict[str, Any]:
+    """Unpublished rows (a page in id order), dead letters (a page, newest first)."""
+    stats = _rows(conn, "console_outbox_stats", {})[0]
+    rows = _rows(conn, "console_outbox_unpublished_page", {"after": after, "limit": PAGE + 1})
+    dead = _rows(conn, "console_dead_letters_page", {
+        "before": before if before is not None else 2**63 - 1, "limit": PAGE + 1})
+    return {"stats": stats, "rows": rows[:PAGE],
+            "next": rows[PAGE - 1]["id"] if len(rows) > PAGE else None,
+            "dead": dead[:PAGE],
+            "dead_next": dead[PAGE - 1]["outbox_id"] if len(dead) > PAGE else None}
+
+
+def outbox_row(conn: psycopg.Connection, row_id: int) -> dict[str, Any] | None:
+    """One outbox row with its payload, pretty-printed (rendered as text, escaped)."""
+    rows = _rows(conn, "console_outbox_get", {"id": row_id})
+    if not rows:
+        return None
+    row = rows[0]
+    row["payload_text"] = json.dumps(row["payload"], indent=2, sort_keys=True,
+                                     ensure_ascii=False)
+    row["headers_text"] = json.dumps(row["headers"], indent=2, sort_keys=True,
+                                     ensure_ascii=False)
+    return row
+
+
+def audit(conn: psycopg.Connection, cfg: Config) -> list[Any]:
+    """The SQL invariants judged now, read-only (``safetynet audit``'s database part)."""
+    conn.execute(QUERIES["audit_read_only_transaction"])  # this transaction only: pooled
+    return judge_database(conn, Thresholds.from_config(cfg))
+
+
+def trail(conn: psycopg.Connection, before: int | None, since: dt.datetime | None
+          ) -> dict[str, Any]:
+    rows: list[Action] = history(conn, since=since, before=before, limit=PAGE + 1)
+    return {"rows": rows[:PAGE], "next": rows[PAGE - 1].id if len(rows) > PAGE else None}

@@ -1,0 +1,136 @@
+-- The console's pages (issue #27): every statement bounded on big tables — keyset pages
+-- through an index, counts capped at 10,000 (docs/console.md, bench/console_pages.py).
+
+-- name: console_ping --
+-- The bench's baseline: one trivial round trip.
+SELECT 1;
+
+-- name: console_finalize_page --
+-- Recordings: one keyset page of finalize rows in %(status)s ordered by
+-- (next_attempt_at, id) through ix_rfa_due; %(window)s 'due' (due now), 'later'
+-- (rescheduled into the future) or 'all'.
+SELECT a.id, a.recording_id, a.session_kind, a.session_id, a.status, a.attempts,
+       a.next_attempt_at, a.last_error, a.updated_at, r.status AS recording_status,
+       r.file_id
+FROM messenger.recording_finalize_attempts a
+LEFT JOIN messenger.call_recordings r ON r.id = a.recording_id
+WHERE a.status = %(status)s
+  AND a.next_attempt_at >= GREATEST(%(after_at)s::timestamptz,
+          CASE WHEN %(window)s = 'later' THEN now() ELSE '-infinity'::timestamptz END)
+  AND a.next_attempt_at <= CASE WHEN %(window)s = 'due' THEN now()
+                                ELSE 'infinity'::timestamptz END
+  AND (a.next_attempt_at > %(after_at)s::timestamptz OR a.id > %(after_id)s::uuid)
+ORDER BY a.next_attempt_at, a.id
+LIMIT %(limit)s;
+
+-- name: console_finalize_search --
+-- Recordings: the finalize rows of one id — a row's, a recording's, a session's (through
+-- ix_recording_session) — or of a file id (ix_recording_file_id, migration 0012).
+SELECT a.id, a.recording_id, a.session_kind, a.session_id, a.status, a.attempts,
+       a.next_attempt_at, a.last_error, a.updated_at, r.status AS recording_status,
+       r.file_id
+FROM messenger.recording_finalize_attempts a
+LEFT JOIN messenger.call_recordings r ON r.id = a.recording_id
+WHERE a.id IN (
+    SELECT x.id FROM messenger.recording_finalize_attempts x WHERE x.id = %(uuid)s::uuid
+    UNION
+    SELECT x.id FROM messenger.recording_finalize_attempts x
+    WHERE x.recording_id = %(uuid)s::uuid
+    UNION
+    SELECT x.id FROM messenger.call_recordings c
+    JOIN messenger.recording_finalize_attempts x ON x.recording_id = c.id
+    WHERE c.session_id = %(uuid)s::uuid
+      AND c.session_kind IN ('Direct', 'Conference')
+    UNION
+    SELECT x.id FROM messenger.call_recordings c
+    JOIN messenger.recording_finalize_attempts x ON x.recording_id = c.id
+    WHERE c.file_id = %(text)s)
+ORDER BY a.next_attempt_at, a.id
+LIMIT %(limit)s;
+
+-- name: console_conference_phase_counts --
+-- Conferences: the active backlog per phase (safetynet.conference_phase decides), each
+-- index range read at most 10,000 rows deep (the count then reads ">= 10,000").
+SELECT phase, count(*) AS n
+FROM (SELECT * FROM (SELECT c.id, c.status, c.active_participant_count,
+                            c.last_activity_at, c.created_at
+                     FROM messenger.conference_sessions c
+                     WHERE c.status = 'Active' AND c.active_participant_count = 0
+                       AND c.last_activity_at <= now()
+                           - %(empty_room_grace)s * interval '1 second'
+                     LIMIT 10000) e
+      UNION
+      SELECT * FROM (SELECT c.id, c.status, c.active_participant_count,
+                            c.last_activity_at, c.created_at
+                     FROM messenger.conference_sessions c
+                     WHERE c.status = 'Provisioning'
+                       AND c.created_at <= now() - %(provision_timeout)s * interval '1 second'
+                     LIMIT 10000) p
+      UNION
+      SELECT * FROM (SELECT c.id, c.status, c.active_participant_count,
+                            c.last_activity_at, c.created_at
+                     FROM messenger.conference_sessions c
+                     WHERE c.status = 'Active'
+                       AND c.last_activity_at <= now()
+                           - %(stale_live_timeout)s * interval '1 second'
+                     LIMIT 10000) s) d,
+     LATERAL safetynet.conference_phase(
+         d.status, d.active_participant_count, d.last_activity_at, d.created_at, now(),
+         %(empty_room_grace)s, %(provision_timeout)s, %(stale_live_timeout)s) AS phase
+WHERE phase IS NOT NULL
+GROUP BY phase
+ORDER BY phase;
+
+-- name: console_outbox_stats --
+-- Outbox: unpublished rows (capped at 10,000, through ix_outbox_unpublished), the oldest
+-- one's age, blocked keys and dead letters (both capped).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM messenger.integration_outbox
+                              WHERE published_at IS NULL ORDER BY id LIMIT 10000) u
+       ) AS unpublished,
+       COALESCE(EXTRACT(EPOCH FROM now() - (
+           SELECT created_at FROM messenger.integration_outbox
+           WHERE published_at IS NULL ORDER BY id LIMIT 1)), 0)::float8 AS oldest_age_seconds,
+       (SELECT count(*) FROM (SELECT 1 FROM safetynet.outbox_dead_letters d
+                              WHERE d.blocks_key LIMIT 10000) b) AS blocked_keys,
+       (SELECT count(*) FROM (SELECT 1 FROM safetynet.outbox_dead_letters
+                              LIMIT 10000) d) AS dead_lettered;
+
+-- name: console_outbox_unpublished_page --
+-- Outbox: one keyset page of unpublished rows in id order (the relay's order).
+SELECT o.id, o.topic, o.message_key, o.event_type, o.created_at, o.publish_attempts,
+       o.last_error, d.reason AS dead_reason
+FROM messenger.integration_outbox o
+LEFT JOIN safetynet.outbox_dead_letters d ON d.outbox_id = o.id
+WHERE o.published_at IS NULL AND o.id > %(after)s
+ORDER BY o.id
+LIMIT %(limit)s;
+
+-- name: console_dead_letters_page --
+-- Outbox: one keyset page of dead letters, newest first, with the key each still blocks.
+SELECT d.outbox_id, d.topic, d.message_key, d.reason, d.blocks_key, d.created_at
+FROM safetynet.outbox_dead_letters d
+WHERE d.outbox_id < %(before)s
+ORDER BY d.outbox_id DESC
+LIMIT %(limit)s;
+
+-- name: console_outbox_get --
+-- Outbox: one row and its dead letter, for the payload view.
+SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload, o.headers,
+       o.created_at, o.published_at, o.publish_attempts, o.last_error,
+       d.reason AS dead_reason, d.blocks_key, d.created_at AS dead_at
+FROM messenger.integration_outbox o
+LEFT JOIN safetynet.outbox_dead_letters d ON d.outbox_id = o.id
+WHERE o.id = %(id)s;
+
+-- name: console_leases --
+-- Overview: each job's last leader and whether it holds the lease now. A lease given back
+-- at the end of a cycle has expires_at -infinity (leases.sql), which no client date type
+-- holds: the state is told in words, the seconds left only while it is held.
+SELECT job, holder, term, acquired_at,
+       CASE WHEN expires_at > clock_timestamp() THEN 'holding'
+            WHEN expires_at = '-infinity' THEN 'between cycles'
+            ELSE 'expired' END AS state,
+       CASE WHEN expires_at > clock_timestamp()
+            THEN extract(epoch FROM expires_at - clock_timestamp())::float8 END AS seconds_left
+FROM safetynet.leases
+ORDER BY job;

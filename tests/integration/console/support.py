@@ -1,0 +1,45 @@
+"""Shared pieces of the console tests: a config with a known login, seeded incidents."""
+
+from __future__ import annotations
+
+import base64
+import functools
+from typing import Any
+
+import psycopg
+
+from supervision.config import Config
+from supervision.dev.stack import free_ports
+from supervision.passwords import hash_password
+from tests.conftest import make_config
+from tests.messenger import insert_call_session, insert_recording
+
+USER, PASSWORD = "oncall", "correct horse battery"
+SCRIPT = "<script>document.title='pwned'</script>"
+
+
+@functools.cache
+def password_hash() -> str:
+    return hash_password(PASSWORD)
+
+
+def console_config(dsn: str, **console: Any) -> Config:
+    """A console with the test login; its daemon's metrics on a port nobody serves."""
+    return make_config(dsn, console={"user": USER, "password_hash": password_hash(),
+                                     **console},
+                       http={"listen": f"127.0.0.1:{free_ports(1)[0]}"})
+
+
+def basic(user: str = USER, password: str = PASSWORD) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def quarantine(conn: psycopg.Connection, last_error: str) -> tuple[str, str]:
+    """A quarantined finalize row: (its id, its recording id)."""
+    sid = insert_call_session(conn)
+    rec = insert_recording(conn, session_id=sid, attempts=8)
+    conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Quarantined',"
+                 " last_error = %s WHERE id = %s", (last_error, rec.attempt_id))
+    assert rec.attempt_id is not None
+    return rec.attempt_id, rec.id

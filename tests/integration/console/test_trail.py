@@ -1,0 +1,133 @@
+"""The operator trail: the CLI verbs write it (actor, reason), `safetynet history` reads it,
+and the database refuses to change or delete a row of it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from supervision.passwords import verify_password
+from tests.cli import ROOT, cli, postgres_only_config
+from tests.integration.console.support import quarantine
+from tests.messenger import attempt, new_id
+
+
+@pytest.fixture
+def config(db_dsn: str, tmp_path: Path) -> Path:
+    return postgres_only_config(tmp_path, db_dsn)
+
+
+def test_cli_verbs_record_actor_reason_and_result_and_history_reads_them(
+        db_dsn: str, config: Path) -> None:
+    """requeue, pause (with --for) and resume write one trail row each with the explicit
+    --actor (else the OS user) and --reason; a refused requeue is recorded as refused;
+    history prints them newest first, as text and as JSON, and --since filters."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        row_id, rec = quarantine(conn, "s3:http_503")
+    done = cli(config, "requeue", rec, "--reason", "S3 back", "--actor", "ana")
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert attempt(conn, rec)["status"] == "Pending"
+    unknown = new_id()
+    assert cli(config, "requeue", unknown, "--reason", "typo").returncode == 2
+    assert cli(config, "pause", "--job", "outbox-relay", "--for", "1h",
+               "--reason", "kafka upgrade").returncode == 0
+    assert cli(config, "resume", "--job", "outbox-relay", "--reason", "upgraded"
+               ).returncode == 0
+    lines = cli(config, "history", "--json").stdout.splitlines()
+    actions = [json.loads(line) for line in lines]
+    assert [a["verb"] for a in actions] == ["resume", "pause", "requeue", "requeue"]
+    first = actions[-1]
+    assert (first["actor"], first["origin"], first["ids"], first["reason"]) == (
+        "ana", "cli", [rec], "S3 back")
+    assert first["result"]["changed"] == 1 and first["result"]["rows"][0]["attempt_id"] == row_id
+    assert actions[-2]["result"]["refused"] == "unknown ids" and actions[-2]["ids"] == [unknown]
+    assert actions[1]["result"]["for_seconds"] == 3600 and actions[1]["actor"] != "ana"
+    text = cli(config, "history").stdout
+    assert "kafka upgrade" in text and "ana (cli" in text
+    assert cli(config, "history", "--json", "--since", "2000-01-01").stdout.count("\n") == 4
+    future = cli(config, "history", "--json", "--since", "2999-01-01")
+    assert future.returncode == 0 and future.stdout == ""
+
+
+def test_release_verb_releases_poison_conferences_with_a_reason(
+        db_dsn: str, config: Path) -> None:
+    """`safetynet release ID --reason` forgets the poison and records it as release."""
+    from tests.integration.test_runbook import remember_poison
+    from tests.messenger import insert_conference
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conf = insert_conference(conn, last_activity_ago=120, started_ago=-3600)
+        remember_poison(conn, conf.id, "DataError")
+    proc = cli(config, "release", conf.id, "--reason", "row fixed by hand")
+    assert proc.returncode == 0, proc.stderr
+    assert "released poison conference" in proc.stdout
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT verb, ids, reason FROM safetynet.operator_actions"
+                            ).fetchall() == [("release", [conf.id], "row fixed by hand")]
+
+
+def test_trail_rows_cannot_be_updated_deleted_or_truncated(db_dsn: str) -> None:
+    """The trigger refuses UPDATE, DELETE and TRUNCATE, even for the table's owner."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO safetynet.operator_actions (actor, origin, verb)"
+                     " VALUES ('x', 'cli', 'requeue')")
+        for statement in ("UPDATE safetynet.operator_actions SET reason = 'later'",
+                          "DELETE FROM safetynet.operator_actions",
+                          "TRUNCATE safetynet.operator_actions"):
+            with pytest.raises(psycopg.Error, match="append-only"):
+                conn.execute(statement)
+        assert conn.execute("SELECT count(*), max(reason) FROM safetynet.operator_actions"
+                            ).fetchone() == (1, None)
+
+
+def test_hash_password_reads_stdin_and_prints_a_verifiable_hash_last() -> None:
+    """`safetynet console --hash-password` prints, on its last line, a scrypt hash of the
+    password given on stdin; an empty password is refused."""
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "console",
+                           "--hash-password"], input="s3cret pass\n", capture_output=True,
+                          text=True, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr
+    stored = proc.stdout.splitlines()[-1]
+    assert stored.startswith("scrypt$") and "s3cret" not in proc.stdout
+    assert verify_password("s3cret pass", stored) and not verify_password("other", stored)
+    empty = subprocess.run([sys.executable, "-m", "supervision.app", "console",
+                            "--hash-password"], input="\n", capture_output=True, text=True,
+                           cwd=ROOT, check=False)
+    assert empty.returncode == 2
+
+
+def test_console_without_credentials_exits_78_naming_the_keys(config: Path) -> None:
+    """auth = basic without user/password_hash: one line per missing key, exit 78."""
+    proc = cli(config, "console")
+    assert proc.returncode == 78
+    assert "console.user: required" in proc.stderr
+    assert "console.password_hash: required" in proc.stderr
+
+
+def test_a_pause_past_its_expiry_is_ignored_and_replaced(db_dsn: str) -> None:
+    """A pause with an expiry holds the job until then; past it the keepers' read and
+    status ignore it, and a new pause replaces it (new, with its own reason)."""
+    from supervision.app.pauses import pause_job, paused_jobs
+    from supervision.queries import QUERIES
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        first = pause_job(conn, "recording-finalize", "upgrade", "ana@h", for_seconds=3600)
+        assert first.new
+        assert conn.execute(QUERIES["job_pauses_get"], {"job": "recording-finalize"}
+                            ).fetchone() is not None
+        (listed,) = paused_jobs(conn)
+        assert listed["expires_at"] is not None
+        conn.execute("UPDATE safetynet.job_pauses SET expires_at = now() - interval '1s'")
+        assert conn.execute(QUERIES["job_pauses_get"], {"job": "recording-finalize"}
+                            ).fetchone() is None
+        assert paused_jobs(conn) == []
+        again = pause_job(conn, "recording-finalize", "second", "bo@h")
+        assert again.new and again.pause.reason == "second"
+        (listed,) = paused_jobs(conn)
+        assert listed["expires_at"] is None
