@@ -59,6 +59,22 @@ class Readiness:
         return HEALTH.liveness_reason() or self._db_error or HEALTH.reason()
 
 
+# listeners a reload bound before the old tree stopped, by http.listen: the next exporter
+# serving that address takes them (one process, one exporter at a time)
+_PREBOUND: dict[str, list[trio.SocketListener]] = {}
+
+
+async def prebind(listen: str) -> None:
+    """Bind *listen* now for the next exporter (a reload moving ``http.listen``); raises
+    :class:`OSError` when it cannot be bound. Sockets an earlier, superseded reload bound
+    are closed first."""
+    for stale in list(_PREBOUND):
+        for listener in _PREBOUND.pop(stale):
+            await listener.aclose()
+    host, port = split_listen(listen)
+    _PREBOUND[listen] = await trio.open_tcp_listeners(port, host=host)
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     return host.strip("[]"), int(port)
@@ -69,8 +85,11 @@ async def serve_metrics_exporter(
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; reports its listeners (so tests can bind port 0)."""
-    host, port = split_listen(listen)
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = _PREBOUND.pop(listen, None)
+    if listeners is None:
+        host, port = split_listen(listen)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    host = split_listen(listen)[0]
     log.info("http_listening", listen=f"{host}:{listeners[0].socket.getsockname()[1]}")
     task_status.started(listeners)
     await trio.serve_listeners(partial(_handle, readiness), listeners)

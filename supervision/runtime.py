@@ -32,7 +32,9 @@ the same process. ``/healthz`` stays up meanwhile (the exporter is a child: it i
 for the moment between the two trees). A SIGHUP while the old tree is still stopping
 replaces the successor waiting to run (one arriving while a successor runs is run right
 after it, and its tree starts); a SIGHUP during shutdown is ignored, and a shutdown
-requested while a successor runs starts no new tree.
+requested while a successor runs starts no new tree. The reload itself (reading and
+checking the files) runs in a task of its own: signals are handled meanwhile, a SIGHUP
+arriving during it runs one more reload after it, and SIGTERM/SIGINT abandon it.
 
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
@@ -148,25 +150,44 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                         log.warning("reload_grace_expired", in_flight=old.guard.in_flight)
                         old.guard.hard_stop()
 
+                reloading = trio.CancelScope()
+                reload_state = {"running": False, "again": False}
+
+                async def run_reloads() -> None:
+                    """Reloads one after another while SIGHUPs came in meanwhile; in a
+                    task of its own, so the signal loop goes on (a SIGTERM cancels it)."""
+                    assert reload is not None
+                    with reloading:
+                        while True:
+                            reload_state["again"] = False
+                            successor = await reload()
+                            if successor is not None and not shutting_down.is_set():
+                                stopping = current.successor is not None
+                                current.successor = successor
+                                if not stopping:
+                                    current.scope.cancel()
+                                    nursery.start_soon(hard_stop_generation_after_grace,
+                                                       current)
+                            if not reload_state["again"] or shutting_down.is_set():
+                                break
+                    reload_state["running"] = False
+
                 nursery.start_soon(run_trees)
                 log.info("daemon_started", supervisor=tree.name)
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     if signum == RELOAD_SIGNAL:
-                        assert reload is not None
                         if shutting_down.is_set():
                             log.info("reload_ignored", signal=name, reason="shutting down")
-                            continue
-                        successor = await reload()
-                        if successor is None or shutting_down.is_set():
-                            continue
-                        stopping = current.successor is not None
-                        current.successor = successor
-                        if not stopping:
-                            current.scope.cancel()
-                            nursery.start_soon(hard_stop_generation_after_grace, current)
+                        elif reload_state["running"]:  # one more once this one is done
+                            reload_state["again"] = True
+                        else:
+                            reload_state["running"] = True
+                            reloading = trio.CancelScope()
+                            nursery.start_soon(run_reloads)
                     elif not shutting_down.is_set():
                         shutting_down.set()
+                        reloading.cancel()  # a reload still reading is abandoned
                         log.info("shutdown_requested", signal=name,
                                  grace_s=shutdown_grace)
                         HEALTH.set_root(RootState.SHUTTING_DOWN, name)

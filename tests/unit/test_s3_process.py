@@ -125,7 +125,7 @@ async def test_worker_environment_holds_no_daemon_secrets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The real worker inherits PATH, locale and TLS settings, but none of the daemon's
     SAFETYNET__* overrides nor cloud credentials (its own come over stdin)."""
-    monkeypatch.setenv("SAFETYNET__POSTGRES__DSN", "postgresql://app:env-dsn-pw@db/m")
+    monkeypatch.setenv("SAFETYNET__POSTGRES__DSN", "postgresql://app:env-dsn-pw@db/m?sslmode=verify-full")
     monkeypatch.setenv("SAFETYNET__MEDIA__TOKEN", "env-media-token")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-aws-secret")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
