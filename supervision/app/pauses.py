@@ -41,7 +41,13 @@ def operator() -> str:
 
 
 def pause_job(conn: psycopg.Connection, job: str, reason: str | None, by: str) -> Paused:
-    """Pause *job* on every replica; a job paused already keeps its first pause."""
+    """Pause *job* on every replica; a job paused already keeps its first pause.
+
+    *by* (the OS user and host, which the operator's environment may set to anything:
+    ``$USER``) is recorded with the database role the session authenticated as, which it
+    cannot: ``alice@bastion [db:ops_alice]``."""
+    role = conn.execute(QUERIES["db_session_user"]).fetchone()
+    by = f"{by} [db:{role[0] if role else '?'}]"
     with conn.transaction():
         row = conn.execute(QUERIES["job_pauses_insert"], {
             "job": job, "reason": reason, "paused_by": by}).fetchone()
