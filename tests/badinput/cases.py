@@ -36,6 +36,7 @@ class Job(Enum):
     FINALIZE = "recording-finalize"
     REAPER = "conference-reaper"
     RELAY = "outbox-relay"
+    RELOAD = "reload"  # SIGHUP to a running `safetynet run` is refused; then finalize heals
 
 
 class Read(Enum):
@@ -46,6 +47,7 @@ class Read(Enum):
     LOG = "log"          # the expected event's error/reason field
     COUNTS = "counts"
     EXIT = "exit"
+    REFUSED = "config_reload_refused"  # the problem of the daemon's refusal line
 
 
 @attrs.frozen
@@ -230,6 +232,17 @@ def config_file(text: str, env: Mapping[str, str] | None = None) -> Callable[[Wo
     return plant
 
 
+def config_special(kind: str, text: str = "",
+                   files: Mapping[str, tuple[str, int]] | None = None) -> Callable[[World], Any]:
+    """The layered file is not plain text: *kind* ``fifo`` (a FIFO), ``devzero`` (a
+    symlink to /dev/zero), ``busy-listen`` (http.listen on a port another socket holds),
+    ``files`` (*text* names *files*, written with their modes, as ``{dir}/NAME``)."""
+    async def plant(world: World) -> Planted:
+        return Planted(extra={"toml": text, "env": {}, "special": kind,
+                              "files": dict(files or {})})
+    return plant
+
+
 def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World], Any],
        read: Read, reason: str, event: str | None = None, untouched: bool = False) -> Case:
     return Case(id, area, bad, did, job, plant, read, reason, event, untouched)
@@ -242,6 +255,11 @@ CONFIG_FAULT = ("configuration fault: nothing claimed, no attempt spent, readine
 EXIT_78 = "exit 78 before touching anything, one stderr line naming the key"
 DEAD = "row dead-lettered with its reason, the other rows published"
 REFUSED = "config error: "
+RELOAD_REFUSED = ("SIGHUP refused (config_reload_refused naming the key), the daemon alive on"
+                  " its old configuration, SIGTERM still exits 0")
+DEEP = "[" * 5000 + "]" * 5000
+WEAK_KEY = {"client.key": ("-----BEGIN PRIVATE KEY-----\n", 0o644),
+            "client.pem": ("-----BEGIN CERTIFICATE-----\n", 0o644)}
 
 CASES: list[Case] = [
     # ---------------------------------------------------------------- configuration
@@ -281,6 +299,71 @@ CASES: list[Case] = [
     _c("config-wrong-type", "config", 'jobs.conference_reaper.batch_size = "many"',
        EXIT_78, CONF, config_file('[jobs.conference_reaper]\nbatch_size = "many"\n'),
        Read.EXIT, REFUSED + "jobs.conference_reaper.batch_size:", untouched=True),
+    _c("config-url-ipv6-unclosed", "config", 'media.base_url = "http://[::1" (urlsplit'
+       " raises)", EXIT_78, CONF, config_file('[media]\nbase_url = "http://[::1"\n'),
+       Read.EXIT, REFUSED + "media.base_url: must be an http(s) URL", untouched=True),
+    _c("config-array-nested-5000", "config", "an array nested 5,000 deep (the TOML parser"
+       " recurses)", EXIT_78, CONF,
+       config_file(f"[jobs.recording_finalize]\nbatch_size = {DEEP}\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.batch_size: arrays or tables nested too deeply",
+       untouched=True),
+    _c("config-duration-datetime", "config", "polling_interval written as a TOML datetime",
+       EXIT_78, CONF, config_file("[jobs.recording_finalize]\npolling_interval ="
+                                  " 1979-05-27T07:32:00Z\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.polling_interval: expected a duration",
+       untouched=True),
+    _c("config-ca-file-nul", "config", "a NUL in s3.ca_file", EXIT_78, CONF,
+       config_file('[s3]\nca_file = "/tmp/ca\\u0000.pem"\n'), Read.EXIT,
+       REFUSED + "s3.ca_file: the path holds a NUL character", untouched=True),
+    _c("config-file-fifo", "config", "the config path is a FIFO nobody writes",
+       EXIT_78 + " (never waits on it)", CONF, config_special("fifo"), Read.EXIT,
+       REFUSED + "<layer>: cannot read config file: is a FIFO", untouched=True),
+    _c("config-file-dev-zero", "config", "the config path is a symlink to /dev/zero",
+       EXIT_78 + " (never reads it)", CONF, config_special("devzero"), Read.EXIT,
+       REFUSED + "<layer>: cannot read config file: is a character device", untouched=True),
+    _c("config-sasl-plain-cleartext", "config", "PLAIN over SASL_PLAINTEXT to a loopback"
+       " broker", EXIT_78, CONF,
+       config_file('[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism ='
+                   ' "PLAIN"\nsasl_username = "u"\nsasl_password = "pw12"\n'),
+       Read.EXIT, REFUSED + "kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT",
+       untouched=True),
+    _c("config-postgres-remote-unverified", "config", "a remote postgres.dsn with"
+       " sslmode=require", EXIT_78, CONF,
+       config_file('[postgres]\ndsn = "postgresql://app@db.internal/m?sslmode=require"\n'),
+       Read.EXIT, REFUSED + "postgres.dsn: must use sslmode=verify-full", untouched=True),
+    _c("config-key-file-world-readable", "config", "kafka.ssl_keyfile readable by"
+       " others (mode 0644)", EXIT_78, CONF,
+       config_special("files", '[kafka]\nsecurity_protocol = "SSL"\nssl_certfile ='
+                      ' "{dir}/client.pem"\nssl_keyfile = "{dir}/client.key"\n', WEAK_KEY),
+       Read.EXIT, REFUSED + "kafka.ssl_keyfile: ", untouched=True),
+    # -------------------------------------------------------- SIGHUP (issue #26)
+    _c("reload-url-ipv6-unclosed", "reload", 'SIGHUP with media.base_url = "http://[::1"',
+       RELOAD_REFUSED, Job.RELOAD, config_file('[media]\nbase_url = "http://[::1"\n'),
+       Read.REFUSED, "media.base_url: must be an http(s) URL", untouched=True),
+    _c("reload-array-nested-5000", "reload", "SIGHUP with an array nested 5,000 deep",
+       RELOAD_REFUSED, Job.RELOAD,
+       config_file(f"[jobs.recording_finalize]\nbatch_size = {DEEP}\n"), Read.REFUSED,
+       "jobs.recording_finalize.batch_size: arrays or tables nested too deeply",
+       untouched=True),
+    _c("reload-duration-datetime", "reload", "SIGHUP with a TOML datetime as a duration",
+       RELOAD_REFUSED, Job.RELOAD, config_file("[jobs.recording_finalize]\n"
+                                               "polling_interval = 1979-05-27T07:32:00Z\n"),
+       Read.REFUSED, "jobs.recording_finalize.polling_interval: expected a duration",
+       untouched=True),
+    _c("reload-ca-file-nul", "reload", "SIGHUP with a NUL in s3.ca_file", RELOAD_REFUSED,
+       Job.RELOAD, config_file('[s3]\nca_file = "/tmp/ca\\u0000.pem"\n'), Read.REFUSED,
+       "s3.ca_file: the path holds a NUL character", untouched=True),
+    _c("reload-file-fifo", "reload", "SIGHUP while the config path is a FIFO",
+       RELOAD_REFUSED + " (the reload never blocks)", Job.RELOAD, config_special("fifo"),
+       Read.REFUSED, "<layer>: cannot read config file: is a FIFO", untouched=True),
+    _c("reload-file-dev-zero", "reload", "SIGHUP while the config path is a symlink to"
+       " /dev/zero", RELOAD_REFUSED + " (never read)", Job.RELOAD, config_special("devzero"),
+       Read.REFUSED, "<layer>: cannot read config file: is a character device",
+       untouched=True),
+    _c("reload-listen-busy-port", "reload", "SIGHUP moving http.listen to a port another"
+       " process holds", RELOAD_REFUSED + " (the new address is bound first)", Job.RELOAD,
+       config_special("busy-listen"), Read.REFUSED, "http.listen: cannot bind",
+       untouched=True),
     # ------------------------------------------------------------- S3 configuration
     _c("s3-wrong-key-prefix", "s3", "s3.key_prefix names the wrong prefix (every HEAD"
        " 404)", CONFIG_FAULT + " (positive canary: a known recording answers 404)", FIN,

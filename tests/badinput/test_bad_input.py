@@ -4,10 +4,15 @@ then ``tests.chaos.checker`` over every other row. Figures go to build/bad-input
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import MutableMapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -30,26 +35,112 @@ pytestmark = pytest.mark.badinput
 Logged = MutableMapping[str, Any]  # a log event as structlog.testing captures it
 
 
-def run_refused(world: World, planted: Planted, tmp_path: Path) -> str:
-    """``safetynet run`` as a real process, a valid configuration layered with the bad
-    one; it must exit at once (a daemon that starts is killed by the timeout: a failure)."""
+def write_base(world: World, tmp_path: Path, **sections: dict[str, Any]) -> Path:
+    """A valid configuration against the world's servers."""
     creds = world.s3.credentials
     base = {"postgres": {"dsn": world.dsn},
             "s3": {"endpoint_url": world.s3.endpoint_url, "bucket": world.bucket,
                    "access_key_id": creds.access_key_id,
-                   "secret_access_key": creds.secret_access_key, "region": creds.region}}
+                   "secret_access_key": creds.secret_access_key, "region": creds.region},
+            **sections}
     (tmp_path / "base.toml").write_text(tomli_w.dumps(base))
-    (tmp_path / "bad.toml").write_text(planted.extra["toml"])
+    return tmp_path / "base.toml"
+
+
+def write_layer(planted: Planted, layer: Path, busy_port: int = 0) -> None:
+    """The bad layer as the case plants it: text (with its files), a FIFO, a symlink to
+    /dev/zero, or http.listen on *busy_port*."""
+    special = planted.extra.get("special")
+    if layer.exists() or layer.is_symlink():
+        layer.unlink()
+    if special == "fifo":
+        os.mkfifo(layer)
+    elif special == "devzero":
+        layer.symlink_to("/dev/zero")
+    elif special == "busy-listen":
+        layer.write_text(f'[http]\nlisten = "127.0.0.1:{busy_port}"\n')
+    else:
+        for name, (text, mode) in planted.extra.get("files", {}).items():
+            (layer.parent / name).write_text(text)
+            (layer.parent / name).chmod(mode)
+        layer.write_text(planted.extra["toml"].replace("{dir}", str(layer.parent)))
+
+
+def run_refused(world: World, planted: Planted, tmp_path: Path) -> str:
+    """``safetynet run`` as a real process, a valid configuration layered with the bad
+    one; it must exit at once (a daemon that starts is killed by the timeout: a failure)."""
+    base, layer = write_base(world, tmp_path), tmp_path / "bad.toml"
+    write_layer(planted, layer)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
            **planted.extra["env"]}
     proc = subprocess.run(
-        [sys.executable, "-m", "supervision.app", "run", "-c", str(tmp_path / "base.toml"),
-         "-c", str(tmp_path / "bad.toml")],
+        [sys.executable, "-m", "supervision.app", "run", "-c", str(base), "-c", str(layer)],
         capture_output=True, text=True, check=False, cwd=ROOT, env=env, timeout=30)
     assert "zzw0rd" not in proc.stdout + proc.stderr
     lines = proc.stderr.splitlines()
     assert (proc.returncode, len(lines)) == (78, 1), proc.stderr
-    return lines[0]
+    return lines[0].replace(str(layer), "<layer>")
+
+
+def _healthz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            return int(resp.status)
+    except OSError:
+        return 0
+
+
+def _logged(log: Path, event: str) -> list[dict[str, Any]]:
+    found = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if entry.get("event") == event:
+                found.append(entry)
+    return found
+
+
+def run_reload_refused(world: World, planted: Planted, tmp_path: Path) -> str:
+    """``safetynet run`` on a valid configuration, then the bad layer and SIGHUP: the
+    reload must be refused (one config_reload_refused line, the problem returned), the
+    daemon must answer /healthz on its old port, and SIGTERM must still stop it (exit 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = write_base(world, tmp_path, http={"listen": f"127.0.0.1:{port}"},
+                      outbox_relay={"enabled": False}, supervision={"shutdown_grace": "5s"})
+    layer, log = tmp_path / "layer.toml", tmp_path / "daemon.log"
+    layer.write_text("")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "supervision.app", "run", "-c", str(base), "-c", str(layer)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while _healthz(port) != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            write_layer(planted, layer, busy.getsockname()[1])
+            proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 30
+            while not _logged(log, "config_reload_refused"):
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    log.read_text()[-2000:]
+                time.sleep(0.05)
+        assert proc.poll() is None and _healthz(port) == 200
+        assert not _logged(log, "config_reloaded") and not _logged(log, "tree_restarted")
+        problems = [str(e["problem"]) for e in _logged(log, "config_reload_refused")]
+        assert len(problems) == 1, problems
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        proc.kill()
+        proc.wait()
+    return problems[0].replace(str(layer), "<layer>")
 
 
 def read_reason(case: Case, world: World, planted: Planted, logs: Sequence[Logged],
@@ -98,6 +189,9 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
     with capture_logs() as logs:
         if case.job is Job.CONFIG:
             outcome = await trio.to_thread.run_sync(run_refused, world, planted, tmp_path)
+        elif case.job is Job.RELOAD:
+            outcome = await trio.to_thread.run_sync(run_reload_refused, world, planted,
+                                                    tmp_path)
         else:
             outcome = await cycle(world.config(**planted.config), case.job.value)
     reason = read_reason(case, world, planted, logs, outcome)
@@ -107,7 +201,7 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
         await planted.heal()
     HEALTH.clear_fault("s3")
     HEALTH.clear_fault("kafka")
-    job = Job.FINALIZE if case.job is Job.CONFIG else case.job
+    job = Job.FINALIZE if case.job in (Job.CONFIG, Job.RELOAD) else case.job
     healed = await cycle(world.config(), job.value)
     invariants, violations = await trio.to_thread.run_sync(
         partial(world.violations, relay=case.job is Job.RELAY))
