@@ -337,30 +337,30 @@ CASES: list[Case] = [
                       ' "{dir}/client.pem"\nssl_keyfile = "{dir}/client.key"\n', WEAK_KEY),
        Read.EXIT, REFUSED + "kafka.ssl_keyfile: ", untouched=True),
     # -------------------------------------------------------- SIGHUP (issue #26)
-    _c("reload-url-ipv6-unclosed", "reload", 'SIGHUP with media.base_url = "http://[::1"',
+    _c("reload-url-ipv6-unclosed", "config", 'SIGHUP with media.base_url = "http://[::1"',
        RELOAD_REFUSED, Job.RELOAD, config_file('[media]\nbase_url = "http://[::1"\n'),
        Read.REFUSED, "media.base_url: must be an http(s) URL", untouched=True),
-    _c("reload-array-nested-5000", "reload", "SIGHUP with an array nested 5,000 deep",
+    _c("reload-array-nested-5000", "config", "SIGHUP with an array nested 5,000 deep",
        RELOAD_REFUSED, Job.RELOAD,
        config_file(f"[jobs.recording_finalize]\nbatch_size = {DEEP}\n"), Read.REFUSED,
        "jobs.recording_finalize.batch_size: arrays or tables nested too deeply",
        untouched=True),
-    _c("reload-duration-datetime", "reload", "SIGHUP with a TOML datetime as a duration",
+    _c("reload-duration-datetime", "config", "SIGHUP with a TOML datetime as a duration",
        RELOAD_REFUSED, Job.RELOAD, config_file("[jobs.recording_finalize]\n"
                                                "polling_interval = 1979-05-27T07:32:00Z\n"),
        Read.REFUSED, "jobs.recording_finalize.polling_interval: expected a duration",
        untouched=True),
-    _c("reload-ca-file-nul", "reload", "SIGHUP with a NUL in s3.ca_file", RELOAD_REFUSED,
+    _c("reload-ca-file-nul", "config", "SIGHUP with a NUL in s3.ca_file", RELOAD_REFUSED,
        Job.RELOAD, config_file('[s3]\nca_file = "/tmp/ca\\u0000.pem"\n'), Read.REFUSED,
        "s3.ca_file: the path holds a NUL character", untouched=True),
-    _c("reload-file-fifo", "reload", "SIGHUP while the config path is a FIFO",
+    _c("reload-file-fifo", "config", "SIGHUP while the config path is a FIFO",
        RELOAD_REFUSED + " (the reload never blocks)", Job.RELOAD, config_special("fifo"),
        Read.REFUSED, "<layer>: cannot read config file: is a FIFO", untouched=True),
-    _c("reload-file-dev-zero", "reload", "SIGHUP while the config path is a symlink to"
+    _c("reload-file-dev-zero", "config", "SIGHUP while the config path is a symlink to"
        " /dev/zero", RELOAD_REFUSED + " (never read)", Job.RELOAD, config_special("devzero"),
        Read.REFUSED, "<layer>: cannot read config file: is a character device",
        untouched=True),
-    _c("reload-listen-busy-port", "reload", "SIGHUP moving http.listen to a port another"
+    _c("reload-listen-busy-port", "config", "SIGHUP moving http.listen to a port another"
        " process holds", RELOAD_REFUSED + " (the new address is bound first)", Job.RELOAD,
        config_special("busy-listen"), Read.REFUSED, "http.listen: cannot bind",
        untouched=True),
