@@ -197,7 +197,8 @@ def _ca_file(value: Any) -> str | None:
 class PostgresConfig:
     dsn: Secret = _setting(
         doc="libpq DSN of the messenger database. Must be a direct connection (advisory "
-        "locks are session-level; a transaction-mode pooler breaks single-runner). Secret.",
+        "locks are session-level; a transaction-mode pooler breaks single-runner). A host "
+        "that is not loopback or a Unix socket needs sslmode=verify-full. Secret.",
         checks=[_dsn],
     )
     statement_timeout: float = _setting(
@@ -285,8 +286,8 @@ class KafkaConfig:
     )
     sasl_mechanism: SaslMechanism = _setting(
         SaslMechanism.SCRAM_SHA_512, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* "
-        "protocols only). PLAIN sends the password itself: only over SASL_SSL (or to a "
-        "loopback broker).",
+        "protocols only). PLAIN sends the password itself: only over SASL_SSL (refused "
+        "over SASL_PLAINTEXT whatever the broker).",
     )
     sasl_username: str = _setting("", "SASL user name; required by the SASL_* protocols.")
     sasl_password: Secret = _setting(

@@ -59,9 +59,10 @@ _PERMANENT = (
 class CredentialsUnavailable(InfrastructureError):
     """The S3 credentials could not be obtained."""
 
-    def __init__(self, outcome: Fault | Transient) -> None:
+    def __init__(self, outcome: Fault | Transient, repeated: bool = False) -> None:
         super().__init__(outcome.error)
         self.outcome = outcome
+        self.repeated = repeated  # the last failure again, within its back-off: not news
 
 
 def resolve_chain(cfg: S3Config) -> botocore.credentials.Credentials | None:
@@ -124,7 +125,7 @@ class CredentialSource:
     def current(self) -> Credentials | None:
         """The keys to sign with now (blocking); raises :class:`CredentialsUnavailable`."""
         if self._last_failure is not None and self.clock() < self._retry_at:
-            raise CredentialsUnavailable(self._last_failure.outcome)
+            raise CredentialsUnavailable(self._last_failure.outcome, repeated=True)
         try:
             if not self._done:
                 resolved = self.resolver(self.cfg)

@@ -208,7 +208,8 @@ class WorkerObjectStore:
             try:
                 credentials = await self._current_credentials()
             except CredentialsUnavailable as exc:
-                log.error("s3_credentials_unavailable", error=exc.outcome.error)
+                if not exc.repeated:  # once per try of the chain, not per HEAD
+                    log.error("s3_credentials_unavailable", error=exc.outcome.error)
                 self._unavailable = exc.outcome if isinstance(exc.outcome, Fault) else None
                 return None
             self._unavailable = None
