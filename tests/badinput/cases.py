@@ -37,6 +37,7 @@ class Job(Enum):
     REAPER = "conference-reaper"
     RELAY = "outbox-relay"
     RELOAD = "reload"  # SIGHUP to a running `safetynet run` is refused; then finalize heals
+    HTTP = "http"  # hostile clients of a running `safetynet run`'s endpoint
 
 
 class Read(Enum):
@@ -48,6 +49,7 @@ class Read(Enum):
     COUNTS = "counts"
     EXIT = "exit"
     REFUSED = "config_reload_refused"  # the problem of the daemon's refusal line
+    ANSWER = "answer"  # what the endpoint answered the prober
 
 
 @attrs.frozen
@@ -243,6 +245,45 @@ def config_special(kind: str, text: str = "",
     return plant
 
 
+def idle_connections(count: int) -> Callable[[World], Any]:
+    """*count* connections to the endpoint that never send a byte, then a prober."""
+    async def plant(world: World) -> Planted:
+        return Planted(extra={"idle_connections": count})
+    return plant
+
+
+async def metadata_outage(world: World) -> Planted:
+    """No S3 keys in the configuration, botocore's chain left with the instance metadata
+    service, which answers 503 (a loopback stand-in); the operator's fix is the keys."""
+    import os
+
+    from tests.imds_stub import serve_imds
+
+    stub = serve_imds("AKIDUNUSED", "unused-secret", "unused-token")
+    imds = stub.__enter__()
+    imds.up = False
+    names = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
+             "AWS_METADATA_SERVICE_TIMEOUT": "1", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "1",
+             "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+             "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials"}
+    cleared = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+               "AWS_PROFILE", "AWS_EC2_METADATA_DISABLED", "AWS_WEB_IDENTITY_TOKEN_FILE",
+               "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    saved = {n: os.environ.get(n) for n in (*names, *cleared)}
+    for name in cleared:
+        os.environ.pop(name, None)
+    os.environ.update(names)
+
+    async def heal() -> None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        stub.__exit__(None, None, None)
+    return Planted(config={"s3": {"access_key_id": "", "secret_access_key": ""}}, heal=heal)
+
+
 def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World], Any],
        read: Read, reason: str, event: str | None = None, untouched: bool = False) -> Case:
     return Case(id, area, bad, did, job, plant, read, reason, event, untouched)
@@ -336,6 +377,19 @@ CASES: list[Case] = [
        config_special("files", '[kafka]\nsecurity_protocol = "SSL"\nssl_certfile ='
                       ' "{dir}/client.pem"\nssl_keyfile = "{dir}/client.key"\n', WEAK_KEY),
        Read.EXIT, REFUSED + "kafka.ssl_keyfile: ", untouched=True),
+    _c("config-tracing-endpoint-unparsable", "config", 'tracing.endpoint = "http://[::1"',
+       EXIT_78, CONF, config_file('[tracing]\nendpoint = "http://[::1"\n'), Read.EXIT,
+       REFUSED + "tracing.endpoint: must be an http(s) URL", untouched=True),
+    _c("config-listen-bracket-unclosed", "config", 'http.listen = "[::1:9464"', EXIT_78,
+       CONF, config_file('[http]\nlisten = "[::1:9464"\n'), Read.EXIT,
+       REFUSED + "http.listen: must be HOST:PORT", untouched=True),
+    _c("config-file-2mib", "config", "a 2 MiB configuration file", EXIT_78 + " (never"
+       " parsed)", CONF, config_special("huge"), Read.EXIT,
+       REFUSED + "<layer>: cannot read config file: is 2097152 bytes", untouched=True),
+    _c("config-media-ca-fifo", "config", "media.ca_file names a FIFO", EXIT_78 + " (the"
+       " bundle is never opened)", CONF,
+       config_special("files", '[media]\nca_file = "{dir}/ca.pem"\n', {"ca.pem": ("", -1)}),
+       Read.EXIT, REFUSED + "media.ca_file: ", untouched=True),
     # -------------------------------------------------------- SIGHUP (issue #26)
     _c("reload-url-ipv6-unclosed", "config", 'SIGHUP with media.base_url = "http://[::1"',
        RELOAD_REFUSED, Job.RELOAD, config_file('[media]\nbase_url = "http://[::1"\n'),
@@ -364,7 +418,16 @@ CASES: list[Case] = [
        " process holds", RELOAD_REFUSED + " (the new address is bound first)", Job.RELOAD,
        config_special("busy-listen"), Read.REFUSED, "http.listen: cannot bind",
        untouched=True),
+    # ------------------------------------------------------------- HTTP endpoint
+    _c("http-idle-connections-200", "config", "200 connections to /readyz's port that"
+       " never send a byte", "the prober is answered at once (idle connections give up"
+       " their slots), a bounded number of log lines, the daemon alive", Job.HTTP,
+       idle_connections(200), Read.ANSWER, "200 ready", untouched=True),
     # ------------------------------------------------------------- S3 configuration
+    _c("s3-imds-outage", "s3", "no S3 keys configured and the instance metadata service"
+       " down at the first request", "no HEAD sent (nothing unsigned), no attempt spent;"
+       " the chain is asked again with back-off", FIN, metadata_outage, Read.LOG,
+       "credentials_unavailable:none_found", "s3_credentials_unavailable"),
     _c("s3-wrong-key-prefix", "s3", "s3.key_prefix names the wrong prefix (every HEAD"
        " 404)", CONFIG_FAULT + " (positive canary: a known recording answers 404)", FIN,
        s3_config(key_prefix="call-recordngs/"), Read.HEALTH,

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -57,10 +57,15 @@ def write_layer(planted: Planted, layer: Path, busy_port: int = 0) -> None:
         os.mkfifo(layer)
     elif special == "devzero":
         layer.symlink_to("/dev/zero")
+    elif special == "huge":
+        layer.write_text("# " + "x" * (2 * 1024 * 1024 - 3) + "\n")
     elif special == "busy-listen":
         layer.write_text(f'[http]\nlisten = "127.0.0.1:{busy_port}"\n')
     else:
         for name, (text, mode) in planted.extra.get("files", {}).items():
+            if mode < 0:  # a FIFO nobody writes
+                os.mkfifo(layer.parent / name)
+                continue
             (layer.parent / name).write_text(text)
             (layer.parent / name).chmod(mode)
         layer.write_text(planted.extra["toml"].replace("{dir}", str(layer.parent)))
@@ -100,10 +105,10 @@ def _logged(log: Path, event: str) -> list[dict[str, Any]]:
     return found
 
 
-def run_reload_refused(world: World, planted: Planted, tmp_path: Path) -> str:
-    """``safetynet run`` on a valid configuration, then the bad layer and SIGHUP: the
-    reload must be refused (one config_reload_refused line, the problem returned), the
-    daemon must answer /healthz on its old port, and SIGTERM must still stop it (exit 0)."""
+@contextlib.contextmanager
+def running_daemon(world: World, tmp_path: Path) -> Iterator[tuple[Any, Path, Path, int]]:
+    """``safetynet run`` on a valid configuration (base + an empty layer), answering
+    /healthz; yields the process, its layer file, its log and its port."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -121,6 +126,20 @@ def run_reload_refused(world: World, planted: Planted, tmp_path: Path) -> str:
         while _healthz(port) != 200:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.1)
+        yield proc, layer, log, port
+        assert proc.poll() is None and _healthz(port) == 200, log.read_text()[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def run_reload_refused(world: World, planted: Planted, tmp_path: Path) -> str:
+    """The bad layer and SIGHUP to a running daemon: the reload must be refused (one
+    config_reload_refused line, the problem returned), the daemon must answer /healthz on
+    its old port, and SIGTERM must still stop it (exit 0)."""
+    with running_daemon(world, tmp_path) as (proc, layer, log, _):
         with socket.socket() as busy:
             busy.bind(("127.0.0.1", 0))
             busy.listen()
@@ -131,16 +150,31 @@ def run_reload_refused(world: World, planted: Planted, tmp_path: Path) -> str:
                 assert proc.poll() is None and time.monotonic() < deadline, \
                     log.read_text()[-2000:]
                 time.sleep(0.05)
-        assert proc.poll() is None and _healthz(port) == 200
         assert not _logged(log, "config_reloaded") and not _logged(log, "tree_restarted")
         problems = [str(e["problem"]) for e in _logged(log, "config_reload_refused")]
         assert len(problems) == 1, problems
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
-    finally:
-        proc.kill()
-        proc.wait()
     return problems[0].replace(str(layer), "<layer>")
+
+
+def run_idle_flood(world: World, planted: Planted, tmp_path: Path) -> str:
+    """Idle connections to a running daemon's endpoint, then a prober's /readyz: its
+    answer (status and body) is the reason; the daemon logs a bounded number of lines
+    about them and lives on."""
+    with running_daemon(world, tmp_path) as (_, _, log, port):
+        before = len(log.read_text().splitlines())
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5)
+                for _ in range(planted.extra["idle_connections"])]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+                answer = f"{resp.status} {resp.read().decode().strip()}"
+        finally:
+            for conn in idle:
+                conn.close()
+        time.sleep(0.5)  # what closing them makes the daemon log
+        lines = log.read_text().splitlines()[before:]
+        http = [line for line in lines if '"http_' in line]
+        assert len(http) <= 3 and "Traceback" not in "\n".join(lines), http
+    return answer
 
 
 def read_reason(case: Case, world: World, planted: Planted, logs: Sequence[Logged],
@@ -192,6 +226,8 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
         elif case.job is Job.RELOAD:
             outcome = await trio.to_thread.run_sync(run_reload_refused, world, planted,
                                                     tmp_path)
+        elif case.job is Job.HTTP:
+            outcome = await trio.to_thread.run_sync(run_idle_flood, world, planted, tmp_path)
         else:
             outcome = await cycle(world.config(**planted.config), case.job.value)
     reason = read_reason(case, world, planted, logs, outcome)
@@ -201,7 +237,7 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
         await planted.heal()
     HEALTH.clear_fault("s3")
     HEALTH.clear_fault("kafka")
-    job = Job.FINALIZE if case.job in (Job.CONFIG, Job.RELOAD) else case.job
+    job = Job.FINALIZE if case.job in (Job.CONFIG, Job.RELOAD, Job.HTTP) else case.job
     healed = await cycle(world.config(), job.value)
     invariants, violations = await trio.to_thread.run_sync(
         partial(world.violations, relay=case.job is Job.RELAY))
