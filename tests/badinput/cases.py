@@ -284,6 +284,29 @@ async def metadata_outage(world: World) -> Planted:
     return Planted(config={"s3": {"access_key_id": "", "secret_access_key": ""}}, heal=heal)
 
 
+async def planted_pycurl(world: World) -> Planted:
+    """The daemon runs in a directory where someone planted a ``pycurl.py`` that would
+    capture the S3 keys; healing checks it never ran."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    directory = Path(tempfile.mkdtemp(prefix="badinput-cwd-"))
+    marker = directory / "captured"
+    (directory / "pycurl.py").write_text(
+        f"open({str(marker)!r}, 'w').write('keys')\nraise ImportError('planted')\n")
+    previous = os.getcwd()
+    os.chdir(directory)
+
+    async def heal() -> None:
+        os.chdir(previous)
+        imported = marker.exists()
+        shutil.rmtree(directory)
+        assert not imported, "the S3 worker imported the planted pycurl.py"
+    return Planted(heal=heal)
+
+
 def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World], Any],
        read: Read, reason: str, event: str | None = None, untouched: bool = False) -> Case:
     return Case(id, area, bad, did, job, plant, read, reason, event, untouched)
@@ -428,6 +451,10 @@ CASES: list[Case] = [
        " down at the first request", "no HEAD sent (nothing unsigned), no attempt spent;"
        " the chain is asked again with back-off", FIN, metadata_outage, Read.LOG,
        "credentials_unavailable:none_found", "s3_credentials_unavailable"),
+    _c("s3-planted-pycurl-in-cwd", "s3", "a pycurl.py planted in the daemon's working"
+       " directory", "never imported (the S3 worker starts with -P -s in /); the cycle"
+       " finalises as usual", FIN, planted_pycurl, Read.COUNTS,
+       '{"failed": 1, "reconciled": 2}', "recording_reconciled"),
     _c("s3-wrong-key-prefix", "s3", "s3.key_prefix names the wrong prefix (every HEAD"
        " 404)", CONFIG_FAULT + " (positive canary: a known recording answers 404)", FIN,
        s3_config(key_prefix="call-recordngs/"), Read.HEALTH,
