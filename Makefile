@@ -16,7 +16,7 @@ LOCK_ARGS ?=
 COMPILE := $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 \
 	--generate-hashes $(LOCK_ARGS) pyproject.toml requirements/build.in
 
-.PHONY: install lock dev test lint types pytest deploy-check reliability-report \
+.PHONY: install lock dev test lint types pytest audit deploy-check reliability-report \
 	bad-input-report console-screenshots clean
 
 $(STAMP): $(LOCK) pyproject.toml
@@ -59,6 +59,13 @@ pytest: $(STAMP)
 	$(PY) -m pytest
 
 test: lint types pytest
+
+# Known vulnerabilities of both locks (pip-audit --strict; not part of `make test`: it
+# needs a vulnerability source). Where none answers it says so and fails (exit 2).
+# AUDIT_SERVICE=osv asks OSV instead of PyPI.
+AUDIT_SERVICE ?= pypi
+audit: $(STAMP)
+	$(PY) tools/audit_locks.py --service $(AUDIT_SERVICE) $(LOCK) $(RUNTIME_LOCK)
 
 # The chaos suite, then its figures published to docs/reliability.md (on purpose only:
 # a test run writes its figures under build/ and leaves the tree clean).

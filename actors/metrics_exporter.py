@@ -11,6 +11,12 @@ Restart type: permanent.
 
 Each connection is its own task with a read/write deadline, so a slow or stuck scraper
 holds nothing but its own socket; HTTP parsing is h11's. Binds loopback by default.
+Hostile clients (issue #26): at most ``MAX_CONNECTIONS`` connections at once — a
+newcomer past it takes the slot of the oldest connection still sending its request, so
+idle or slow-sending connections (a slowloris) cannot keep a prober out; a request must
+arrive within ``HEAD_DEADLINE`` and fit ``MAX_REQUEST_BYTES``; running out of
+descriptors, refusals and broken connections each log at most one line a minute (with
+the count held back), never a traceback per connection.
 
 What cancellation does: the listener closes and in-flight responses are dropped.
 """
@@ -18,8 +24,9 @@ What cancellation does: the listener closes and in-flight responses are dropped.
 from __future__ import annotations
 
 import contextlib
+import errno
+import math
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 import attrs
 import h11
@@ -31,8 +38,13 @@ from supervision.health import HEALTH
 
 log = structlog.get_logger("metrics_exporter")
 
-REQUEST_DEADLINE = 5.0
+REQUEST_DEADLINE = 5.0  # the whole exchange of one connection
+HEAD_DEADLINE = 2.0  # the request line and headers must have arrived by then (slowloris)
 MAX_REQUEST_BYTES = 16 * 1024
+MAX_CONNECTIONS = 64  # open at once; well below any descriptor limit the daemon runs with
+ERROR_LOG_INTERVAL = 60.0  # one line per kind of connection trouble per minute at most
+ACCEPT_RETRY = 0.1  # out of descriptors: accept again after this long
+_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
 @attrs.define
@@ -56,7 +68,24 @@ class Readiness:
                 self._db_error = None
             except (Exception, trio.TooSlowError) as exc:  # any failure means "not ready"
                 self._db_error = f"postgres unavailable: {type(exc).__name__}"
-        return HEALTH.liveness_reason() or self._db_error or HEALTH.reason()
+        # bounded, no host names: the whole reasons are in the log
+        return HEALTH.liveness_reason() or self._db_error or HEALTH.summary()
+
+
+# listeners a reload bound before the old tree stopped, by http.listen: the next exporter
+# serving that address takes them (one process, one exporter at a time)
+_PREBOUND: dict[str, list[trio.SocketListener]] = {}
+
+
+async def prebind(listen: str) -> None:
+    """Bind *listen* now for the next exporter (a reload moving ``http.listen``); raises
+    :class:`OSError` when it cannot be bound. Sockets an earlier, superseded reload bound
+    are closed first."""
+    for stale in list(_PREBOUND):
+        for listener in _PREBOUND.pop(stale):
+            await listener.aclose()
+    host, port = split_listen(listen)
+    _PREBOUND[listen] = await trio.open_tcp_listeners(port, host=host)
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -65,34 +94,125 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 async def serve_metrics_exporter(
-    listen: str, readiness: Readiness, *,
+    listen: str, readiness: Readiness, *, max_connections: int = MAX_CONNECTIONS,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; reports its listeners (so tests can bind port 0)."""
-    host, port = split_listen(listen)
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = _PREBOUND.pop(listen, None)
+    if listeners is None:
+        host, port = split_listen(listen)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    host = split_listen(listen)[0]
     log.info("http_listening", listen=f"{host}:{listeners[0].socket.getsockname()[1]}")
     task_status.started(listeners)
-    await trio.serve_listeners(partial(_handle, readiness), listeners)
+    slots = _Slots(max_connections)
+    errors = RateLimitedLog(ERROR_LOG_INTERVAL)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, readiness, slots, errors, nursery)
 
 
-async def _handle(readiness: Readiness, stream: trio.SocketStream) -> None:
+@attrs.define(eq=False)
+class _Connection:
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    reading: bool = True  # still reading its request: may be evicted for a newcomer
+    released: bool = False
+
+
+@attrs.define(eq=False)
+class _Slots:
+    """At most *limit* connections at once. A newcomer past the limit takes the slot of
+    the oldest connection still reading its request (idle or slow: a slowloris), which
+    is closed; when every slot is answering a request, the newcomer is closed at once."""
+
+    limit: int
+    open: list[_Connection] = attrs.field(factory=list)
+
+    def admit(self) -> _Connection | None:
+        if len(self.open) >= self.limit:
+            oldest = next((c for c in self.open if c.reading), None)
+            if oldest is None:
+                return None
+            self.release(oldest)
+            oldest.scope.cancel()
+        conn = _Connection()
+        self.open.append(conn)
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        if not conn.released:
+            conn.released = True
+            self.open.remove(conn)
+
+
+@attrs.define(eq=False)
+class RateLimitedLog:
+    """One error line per *interval* for a kind of trouble, with how many were held back
+    (a flood of bad connections must not flood the log)."""
+
+    interval: float
+    _last: dict[str, float] = attrs.field(factory=dict)
+    _held: dict[str, int] = attrs.field(factory=dict)
+
+    def __call__(self, event: str, **fields: object) -> None:
+        now = trio.current_time()
+        if now - self._last.get(event, -math.inf) < self.interval:
+            self._held[event] = self._held.get(event, 0) + 1
+            return
+        self._last[event] = now
+        log.warning(event, suppressed=self._held.pop(event, 0), **fields)
+
+
+async def _accept_loop(listener: trio.SocketListener, readiness: Readiness, slots: _Slots,
+                       errors: RateLimitedLog, nursery: trio.Nursery) -> None:
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in _CAPACITY_ERRNOS:
+                raise
+            errors("http_accept_failed", error=errno.errorcode.get(exc.errno or 0, "?"))
+            await trio.sleep(ACCEPT_RETRY)
+            continue
+        conn = slots.admit()
+        if conn is None:
+            errors("http_connection_refused", reason="every connection slot is answering")
+            with contextlib.suppress(trio.BrokenResourceError, OSError):
+                await trio.aclose_forcefully(stream)
+            continue
+        nursery.start_soon(_handle, readiness, stream, conn, slots, errors)
+
+
+async def _handle(readiness: Readiness, stream: trio.SocketStream, slot: _Connection,
+                  slots: _Slots, errors: RateLimitedLog) -> None:
     """Answer one request; a client that hung up (a scraper's own timeout while /readyz
-    waits on a slow database) only ends its own connection, never the exporter."""
-    async with stream:
-        with trio.move_on_after(REQUEST_DEADLINE), \
-                contextlib.suppress(trio.BrokenResourceError):
-            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
-            request = await _read_request(conn, stream)
-            if request is None:
-                return
-            status, content_type, body = await _route(readiness, request)
-            headers = [("content-type", content_type), ("content-length", str(len(body))),
-                       ("connection", "close"), ("cache-control", "no-store")]
-            await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
-            if request.method != b"HEAD":
-                await stream.send_all(conn.send(h11.Data(data=body)))
-            await stream.send_all(conn.send(h11.EndOfMessage()))
+    waits on a slow database) only ends its own connection, never the exporter. The
+    request must arrive within HEAD_DEADLINE and be at most MAX_REQUEST_BYTES; the whole
+    exchange takes at most REQUEST_DEADLINE."""
+    try:
+        async with stream:
+            with slot.scope, trio.move_on_after(REQUEST_DEADLINE), \
+                    contextlib.suppress(trio.BrokenResourceError):
+                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+                request = None
+                with trio.move_on_after(HEAD_DEADLINE):
+                    request = await _read_request(conn, stream)
+                slot.reading = False
+                if request is None:
+                    return
+                status, content_type, body = await _route(readiness, request)
+                headers = [("content-type", content_type),
+                           ("content-length", str(len(body))),
+                           ("connection", "close"), ("cache-control", "no-store")]
+                await stream.send_all(conn.send(h11.Response(status_code=status,
+                                                             headers=headers)))
+                if request.method != b"HEAD":
+                    await stream.send_all(conn.send(h11.Data(data=body)))
+                await stream.send_all(conn.send(h11.EndOfMessage()))
+    except (OSError, h11.ProtocolError) as exc:  # one client's trouble, never the exporter's
+        errors("http_connection_failed", error=type(exc).__name__)
+    finally:
+        slots.release(slot)
 
 
 async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:

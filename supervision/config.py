@@ -27,10 +27,30 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from supervision.config_checks import (
+    bounded_repr,
+    dsn_transport_problem,
+    guarded_problem,
+    key_file_problem,
+    tracing_url,
+)
+from supervision.config_files import (
+    UnreadableFile,
+    deep_nesting_key,
+    read_config_text,
+    regular_file_problem,
+)
 from supervision.console_config import ConsoleConfig
 from supervision.durations import format_duration, parse_duration
 from supervision.errors import ConfigError
-from supervision.secrets import REDACTED, InvalidDsn, Secret, parse_dsn, redact_dsn
+from supervision.secrets import (
+    REDACTED,
+    InvalidDsn,
+    Secret,
+    parse_dsn,
+    redact_dsn,
+    redact_url,
+)
 
 ENV_PREFIX = "SAFETYNET__"
 ENV_CONFIG_FILE = "SAFETYNET_CONFIG"
@@ -91,15 +111,21 @@ def _at_least_one(value: Any) -> str | None:
 
 def _one_of(*choices: str) -> Check:
     def check(value: Any) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}; got {value!r}"
+        if value in choices:
+            return None
+        return f"must be one of {', '.join(choices)}; got {bounded_repr(value)}"
 
     return check
 
 
 def _http_url(value: Any) -> str | None:
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        return f"must be an http(s) URL, got {bounded_repr(redact_url(value))} ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"must be an http(s) URL, got {value!r}"
+        return f"must be an http(s) URL, got {bounded_repr(redact_url(value))}"
     if parts.username or parts.password:
         return "must not carry credentials in the URL (use the key/token settings)"
     return None
@@ -107,8 +133,9 @@ def _http_url(value: Any) -> str | None:
 
 def _host_port(value: Any) -> str | None:
     host, sep, port = str(value).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return f"must be HOST:PORT, got {value!r}"
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or \
+            host.startswith("[") != host.endswith("]"):
+        return f"must be HOST:PORT, got {bounded_repr(value)}"
     try:
         ipaddress.ip_address(host.strip("[]"))
     except ValueError:
@@ -133,7 +160,7 @@ def _bootstrap(value: Any) -> str | None:
     for server in servers:
         host, sep, port = server.rpartition(":")
         if not sep or not host or not port.isdigit():
-            return f"must be a comma-separated list of HOST:PORT, got {value!r}"
+            return f"must be a comma-separated list of HOST:PORT, got {bounded_repr(value)}"
     return None
 
 
@@ -144,21 +171,32 @@ def _dsn(value: Any) -> str | None:
     if "://" in text and not text.startswith(("postgresql://", "postgres://")):
         return "must be a postgresql:// URL or a key=value connection string"
     try:
-        parse_dsn(text)  # libpq's own reading; the message never quotes the DSN
+        params = parse_dsn(text)  # libpq's own reading; the message never quotes the DSN
     except InvalidDsn as exc:
         return str(exc)
-    return None
+    return dsn_transport_problem(params)
+
+
+def _not_special_file(value: Any) -> str | None:
+    """A file the daemon loads later (and names then when missing) is not a FIFO, a
+    device or huge: loading it would block or never end."""
+    if not value or ("\0" not in value and not os.path.lexists(value)):
+        return None
+    return regular_file_problem(value)
 
 
 def _ca_file(value: Any) -> str | None:
     if not value:
         return None
+    unsafe = regular_file_problem(value)
+    if unsafe:
+        return unsafe
     try:
         ssl.create_default_context(cafile=value)
     except ssl.SSLError:  # an OSError too: first
-        return f"{value!r} holds no PEM certificate"
+        return f"{bounded_repr(value)} holds no PEM certificate"
     except OSError as exc:
-        return f"cannot read {value!r}: {exc.strerror or type(exc).__name__}"
+        return f"cannot read {bounded_repr(value)}: {exc.strerror or type(exc).__name__}"
     return None
 
 
@@ -166,7 +204,8 @@ def _ca_file(value: Any) -> str | None:
 class PostgresConfig:
     dsn: Secret = _setting(
         doc="libpq DSN of the messenger database. Must be a direct connection (advisory "
-        "locks are session-level; a transaction-mode pooler breaks single-runner). Secret.",
+        "locks are session-level; a transaction-mode pooler breaks single-runner). A host "
+        "that is not loopback or a Unix socket needs sslmode=verify-full. Secret.",
         checks=[_dsn],
     )
     statement_timeout: float = _setting(
@@ -222,12 +261,14 @@ class SaslMechanism(enum.StrEnum):
 def _readable_file(value: Any) -> str | None:
     if not value:
         return None
+    if "\0" in value:
+        return "the path holds a NUL character"
     path = Path(value)
     if not path.is_file():
-        return f"no such file: {value!r}"
+        return f"no such file: {bounded_repr(value)}"
     if not os.access(path, os.R_OK):
-        return f"file is not readable: {value!r}"
-    return None
+        return f"file is not readable: {bounded_repr(value)}"
+    return regular_file_problem(value)
 
 
 class _NoPassphrase(Exception):
@@ -252,8 +293,8 @@ class KafkaConfig:
     )
     sasl_mechanism: SaslMechanism = _setting(
         SaslMechanism.SCRAM_SHA_512, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* "
-        "protocols only). PLAIN sends the password itself: only over SASL_SSL (or to a "
-        "loopback broker).",
+        "protocols only). PLAIN sends the password itself: only over SASL_SSL (refused "
+        "over SASL_PLAINTEXT whatever the broker).",
     )
     sasl_username: str = _setting("", "SASL user name; required by the SASL_* protocols.")
     sasl_password: Secret = _setting(
@@ -270,8 +311,9 @@ class KafkaConfig:
         checks=[_readable_file],
     )
     ssl_keyfile: str = _setting(
-        "", "PEM private key (unencrypted) of ssl_certfile; empty = none.",
-        checks=[_readable_file],
+        "", "PEM private key (unencrypted) of ssl_certfile; empty = none. Refused when "
+        "its group or others may read or write it (chmod 600 or 400).",
+        checks=[_readable_file, key_file_problem],
     )
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -335,7 +377,8 @@ class MediaConfig:
     ca_file: str = _setting(
         "", "PEM bundle of the CA(s) that sign the media stack's certificate (a private CA);"
         " empty = the public CAs of certifi. Read when the daemon starts (exit 78 when it"
-        " cannot be loaded) and when a reload changes [media] (refused when it cannot).")
+        " cannot be loaded) and when a reload changes [media] (refused when it cannot).",
+        checks=[_not_special_file])
     timeout: float = _setting(
         2.0, "Timeout of one recorder stop request.", duration=True, checks=[_positive],
         maximum=MINUTE,
@@ -557,7 +600,10 @@ class SupervisionConfig:
 
 @attrs.frozen
 class TracingConfig:
-    endpoint: str = _setting("", "OTLP/HTTP traces endpoint; empty = tracing off.")
+    endpoint: str = _setting(
+        "", "OTLP/HTTP traces endpoint; empty = tracing off. Its query string and "
+        "userinfo (an `?api_key=`) are masked in check-config and in every log line.",
+        checks=[tracing_url])
 
 
 @attrs.frozen
@@ -627,11 +673,10 @@ def _kafka_checks(kafka: KafkaConfig) -> Iterable[str]:
                 yield f"kafka.{key}: required when security_protocol is {protocol}"
         if protocol is SecurityProtocol.SASL_PLAINTEXT and \
                 kafka.sasl_mechanism is SaslMechanism.PLAIN:
-            remote = [s for s in kafka.bootstrap_servers.split(",")
-                      if not _loopback(s.strip().rpartition(":")[0])]
-            if remote:
-                yield ("kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the "
-                       f"password in clear to {remote[0].strip()}; use SASL_SSL or SCRAM")
+            # refused whatever the host: "loopback" is only what the bootstrap list
+            # says, the brokers it returns may be anywhere
+            yield ("kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the "
+                   "password in clear; use SASL_SSL or SCRAM")
     else:
         for key in ("sasl_username", "sasl_password"):
             if getattr(kafka, key):
@@ -708,14 +753,17 @@ def load_config(paths: Sequence[Path], env: Mapping[str, str] | None = None) -> 
     raw: dict[str, Any] = {}
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: cannot read config file: {getattr(exc, 'strerror', exc)}")
+            text = read_config_text(path)
+        except UnreadableFile as exc:
+            problems.append(f"{path}: cannot read config file: {exc}")
             continue
         try:
             _deep_merge(raw, tomllib.loads(text))
         except tomllib.TOMLDecodeError as exc:
             problems.append(f"{path}: invalid TOML: {exc}")
+        except RecursionError:
+            key, line = deep_nesting_key(text)
+            problems.append(f"{key}: arrays or tables nested too deeply ({path}, line {line})")
     for name, value in sorted(env.items()):
         if name.startswith(ENV_PREFIX):
             keys = [k.lower() for k in name[len(ENV_PREFIX):].split("__")]
@@ -731,9 +779,15 @@ def load_config(paths: Sequence[Path], env: Mapping[str, str] | None = None) -> 
 def config_from_dict(raw: Mapping[str, Any]) -> Config:
     """Validate already-merged settings (a TOML-shaped mapping); raise :class:`ConfigError`."""
     problems: list[str] = []
-    cfg = _build(Config, raw, "", problems)
+    try:
+        cfg = _build(Config, raw, "", problems)
+    except RecursionError:  # a table nested past the recursion limit (from the env)
+        raise ConfigError([*problems, "configuration: tables nested too deeply"]) from None
     if cfg is not None and not problems:
-        problems.extend(_cross_checks(cfg))
+        try:
+            problems.extend(_cross_checks(cfg))
+        except Exception as exc:
+            problems.append(guarded_problem("configuration", exc))
     if problems or cfg is None:
         raise ConfigError(problems)
     return cfg
@@ -793,8 +847,14 @@ def _build(cls: type[_C], data: Any, prefix: str, problems: list[str]) -> _C | N
         except ValueError as exc:
             problems.append(f"{key}: {exc}")
             continue
+        except Exception as exc:
+            problems.append(guarded_problem(key, exc))
+            continue
         for check in field.metadata.get("checks", ()):
-            message = check(value)
+            try:
+                message = check(value)
+            except Exception as exc:
+                message = guarded_problem("", exc)
             if message:
                 problems.append(f"{key}: {message}")
                 break
@@ -808,11 +868,15 @@ def _build(cls: type[_C], data: Any, prefix: str, problems: list[str]) -> _C | N
 def _convert(ftype: Any, value: Any, duration: bool) -> Any:
     from_env = isinstance(value, _FromEnv)
     if duration:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"expected a duration like \"90s\" or a number of seconds, "
+                             f"got {_type_name(value)} {bounded_repr(value)}")
         return parse_duration(str(value) if from_env else value)
     if isinstance(ftype, type) and issubclass(ftype, enum.Enum):
         choices = ", ".join(member.value for member in ftype)
         if not isinstance(value, str):
-            raise ValueError(f"expected one of {choices}, got {_type_name(value)} {value!r}")
+            raise ValueError(
+                f"expected one of {choices}, got {_type_name(value)} {bounded_repr(value)}")
         try:
             return ftype(value.strip().upper())
         except ValueError:
@@ -835,7 +899,8 @@ def _convert(ftype: Any, value: Any, duration: bool) -> Any:
                 return False
             raise ValueError(f"expected true or false, got {str(value)!r}")
         if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {_type_name(value)} {value!r}")
+            raise ValueError(
+                f"expected true or false, got {_type_name(value)} {bounded_repr(value)}")
         return value
     if ftype is int:
         if from_env:
@@ -844,7 +909,7 @@ def _convert(ftype: Any, value: Any, duration: bool) -> Any:
             except ValueError:
                 raise ValueError(f"expected an integer, got {str(value)!r}") from None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected an integer, got {_type_name(value)} {value!r}")
+            raise ValueError(f"expected an integer, got {_type_name(value)} {bounded_repr(value)}")
         return value
     if ftype is float:
         if from_env:
@@ -853,17 +918,21 @@ def _convert(ftype: Any, value: Any, duration: bool) -> Any:
             except ValueError:
                 raise ValueError(f"expected a number, got {str(value)!r}") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"expected a number, got {_type_name(value)} {value!r}")
+            raise ValueError(f"expected a number, got {_type_name(value)} {bounded_repr(value)}")
         return float(value)
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {_type_name(value)} {value!r}")
+        raise ValueError(f"expected a string, got {_type_name(value)} {bounded_repr(value)}")
     return str(value)
 
 
 def _type_name(value: Any) -> str:
+    import datetime as dt
+
     names = {bool: "boolean", int: "integer", float: "float", str: "string", dict: "table",
-             list: "array"}
+             list: "array", dt.datetime: "TOML datetime", dt.date: "TOML date",
+             dt.time: "TOML time"}
     return names.get(type(value), type(value).__name__)
+
 
 
 def _show(value: Any) -> str:
@@ -891,6 +960,8 @@ def redacted(cfg: Any) -> dict[str, Any]:
             out[field.name] = value.value
         elif field.metadata.get("duration"):
             out[field.name] = format_duration(value)
+        elif isinstance(value, str) and "://" in value:  # every URL setting
+            out[field.name] = redact_url(value)
         else:
             out[field.name] = value
     return out

@@ -13,10 +13,16 @@ does not answer (checked by the metrics exporter) and while the root is not runn
 from __future__ import annotations
 
 import enum
+import re
 
 import attrs
 
 from supervision.metrics import CONFIG_FAULT
+
+SUMMARY_CHARS = 120
+# an IPv4 address, a bracketed IPv6 address, or HOST:PORT
+_HOSTISH = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-fA-F:.]+\](?::\d+)?|"
+                      r"\b[A-Za-z0-9][A-Za-z0-9.-]*:\d{2,5}\b")
 
 
 class RootState(enum.Enum):
@@ -49,6 +55,23 @@ class Health:
         for component, reason in sorted(self.faults.items()):
             return f"configuration fault in {component}: {reason}"
         return None
+
+    def summary(self) -> str | None:
+        """The first active fault for ``/readyz``'s body, bounded and without addresses:
+        its component and the first clause of its reason (at most
+        :data:`SUMMARY_CHARS`, addresses and HOST:PORT replaced by ``<host>``), and how
+        many other faults (components, topics) there are. The whole reasons are in the log
+        (``config_fault``) and in :meth:`reason`."""
+        if not self.faults:
+            return None
+        component = min(self.faults)
+        first, *rest = self.faults[component].split("; ")  # a fault per topic
+        first = _HOSTISH.sub("<host>", first)
+        if len(first) > SUMMARY_CHARS:
+            first = first[:SUMMARY_CHARS] + "..."
+        more = len(self.faults) - 1 + len(rest)
+        tail = f" (and {more} more; see the log)" if more else ""
+        return f"configuration fault in {component}: {first}{tail}"
 
     def liveness_reason(self) -> str | None:
         """Why the process is not healthy (the root is stopping), or None."""

@@ -4,6 +4,9 @@ Every line carries ``timestamp``, ``level`` and ``event``; actors bind ``actor``
 the length of a cycle, ``job_run_id`` (via :mod:`structlog.contextvars`, which follows
 Trio tasks because Trio gives each task its own context copy).
 
+One writer (:class:`LineWriter`): structlog's lines and the standard library's go through
+the same lock, each JSON line written whole with its newline.
+
 No line shows a secret: every line, the drivers' included (psycopg_pool logs its connect
 error on every retry, and libpq's messages may quote a DSN), passes a
 :class:`~supervision.secrets.Scrubber` after its exception is formatted.
@@ -13,12 +16,37 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Iterable
 from typing import Any, TextIO
 
 import structlog
 
 from supervision.secrets import Scrubber
+
+
+class LineWriter:
+    """The one writer of log lines: structlog's printer and the standard library's handler
+    both write through it, each line (with its newline) in one ``write`` followed by a
+    flush, under one lock, so lines from threads and from both logging paths never
+    interleave (two writers with two locks merged lines now and then)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            written = self._stream.write(text)
+            self._stream.flush()
+        return written
+
+    def flush(self) -> None:  # each write flushed already
+        return None
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
@@ -41,13 +69,14 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    handler = logging.StreamHandler(stream or sys.stderr)
+    writer = LineWriter(stream or sys.stderr)
+    handler = logging.StreamHandler(writer)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, scrub, renderer],
     ))
-    printer = structlog.PrintLogger(stream or sys.stderr)
+    printer = structlog.WriteLogger(writer)  # type: ignore[arg-type]  # one write per line
     root = logging.getLogger()
     root.handlers = [handler]
     # drivers are chatty below WARNING; their warnings and errors are worth a line

@@ -32,7 +32,9 @@ the same process. ``/healthz`` stays up meanwhile (the exporter is a child: it i
 for the moment between the two trees). A SIGHUP while the old tree is still stopping
 replaces the successor waiting to run (one arriving while a successor runs is run right
 after it, and its tree starts); a SIGHUP during shutdown is ignored, and a shutdown
-requested while a successor runs starts no new tree.
+requested while a successor runs starts no new tree. The reload itself (reading and
+checking the files) runs in a task of its own: signals are handled meanwhile, a SIGHUP
+arriving during it runs one more reload after it, and SIGTERM/SIGINT abandon it.
 
 Under systemd (``Type=notify``, deploy/systemd): READY=1 once every child of the tree has
 started (again after a reload, which first sends RELOADING=1), STOPPING=1 on the first
@@ -58,7 +60,8 @@ from supervision.health import HEALTH, RootState
 from supervision.shielding import StopGuard, guarded_by
 from supervision.spec import SupervisorSpec
 from supervision.supervisor import RestartIntensityExceeded, describe, serve_supervisor
-from supervision.systemd_notify import notify, reloading, serve_watchdog, watchdog_interval
+from supervision.systemd_notify import notify, serve_watchdog, watchdog_interval
+from supervision.systemd_notify import reloading as notify_reloading
 
 log = structlog.get_logger("runtime")
 
@@ -156,6 +159,29 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                         log.warning("reload_grace_expired", in_flight=old.guard.in_flight)
                         old.guard.hard_stop()
 
+                reload_scope = trio.CancelScope()
+                reload_state = {"running": False, "again": False}
+
+                async def run_reloads() -> None:
+                    """Reloads one after another while SIGHUPs came in meanwhile; in a
+                    task of its own, so the signal loop goes on (a SIGTERM cancels it)."""
+                    assert reload is not None
+                    with reload_scope:
+                        while True:
+                            reload_state["again"] = False
+                            successor = await reload()
+                            if successor is not None and not shutting_down.is_set():
+                                stopping = current.successor is not None
+                                current.successor = successor
+                                notify_reloading()  # READY=1 again once the new tree runs
+                                if not stopping:
+                                    current.scope.cancel()
+                                    nursery.start_soon(hard_stop_generation_after_grace,
+                                                       current)
+                            if not reload_state["again"] or shutting_down.is_set():
+                                break
+                    reload_state["running"] = False
+
                 nursery.start_soon(run_trees)
                 watchdog = watchdog_interval()
                 if watchdog is not None:  # systemd's WatchdogSec (deploy/systemd)
@@ -164,21 +190,17 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     if signum == RELOAD_SIGNAL:
-                        assert reload is not None
                         if shutting_down.is_set():
                             log.info("reload_ignored", signal=name, reason="shutting down")
-                            continue
-                        successor = await reload()
-                        if successor is None or shutting_down.is_set():
-                            continue
-                        stopping = current.successor is not None
-                        current.successor = successor
-                        reloading()  # READY=1 again once the new tree runs
-                        if not stopping:
-                            current.scope.cancel()
-                            nursery.start_soon(hard_stop_generation_after_grace, current)
+                        elif reload_state["running"]:  # one more once this one is done
+                            reload_state["again"] = True
+                        else:
+                            reload_state["running"] = True
+                            reload_scope = trio.CancelScope()
+                            nursery.start_soon(run_reloads)
                     elif not shutting_down.is_set():
                         shutting_down.set()
+                        reload_scope.cancel()  # a reload still reading is abandoned
                         log.info("shutdown_requested", signal=name,
                                  grace_s=shutdown_grace)
                         HEALTH.set_root(RootState.SHUTTING_DOWN, name)

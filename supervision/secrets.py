@@ -17,7 +17,7 @@ import contextlib
 import re
 from collections.abc import Iterable, MutableMapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import attrs
 import psycopg
@@ -25,6 +25,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 REDACTED = "***"
 SENSITIVE_KEY_WORDS = ("password", "secret", "token")
+# words of a key whose value is masked in any text (key=value, a query string): the above
+# and the names API keys and signed URLs use
+SCRUBBED_KEY_WORDS = (*SENSITIVE_KEY_WORDS, "key", "signature", "credential",
+                      "authorization")
 MIN_SCRUBBED_LENGTH = 4  # shorter values would mask ordinary words in every line
 
 
@@ -107,10 +111,48 @@ def dsn_secrets(dsn: str) -> set[str]:
     return found
 
 
-def secrets_in(obj: Any) -> set[str]:
-    """Every :class:`Secret` value in an attrs object tree (DSNs in all their forms)."""
+def redact_url(url: str) -> str:
+    """*url* with its userinfo and every query value replaced by ``***`` (the names are
+    kept: ``https://otel/v1/traces?api_key=***``); the fragment is dropped. A URL that
+    does not parse keeps only what precedes ``?`` and follows ``@``."""
+    try:
+        parts = urlsplit(url)
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{REDACTED}@{host}" if "@" in parts.netloc else host
+        query = "&".join(f"{name}={REDACTED}" if value or "=" in pair else name
+                         for pair in parts.query.split("&") if pair
+                         for name, _, value in [pair.partition("=")])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    except ValueError:
+        head = url.split("?", 1)[0].split("#", 1)[0]
+        scheme, sep, rest = head.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}" + ("?***" if "?" in url else "")
+
+
+def url_secrets(url: str) -> set[str]:
+    """What a URL setting carries that must not be shown: its userinfo and query values
+    (as written and decoded)."""
     found: set[str] = set()
-    if isinstance(obj, Secret):
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return found
+    userinfo = parts.netloc.rpartition("@")[0]
+    found |= {userinfo, *userinfo.split(":")} if userinfo else set()
+    for pair in parts.query.split("&"):
+        found.add(pair.partition("=")[2])
+    found |= {value for _, value in parse_qsl(parts.query, keep_blank_values=True)}
+    return {s for s in found if s}
+
+
+def secrets_in(obj: Any) -> set[str]:
+    """Every :class:`Secret` value in an attrs object tree (DSNs in all their forms), and
+    the userinfo and query values of every URL setting (:func:`url_secrets`)."""
+    found: set[str] = set()
+    if isinstance(obj, str):
+        if "://" in obj:
+            found |= url_secrets(obj)
+    elif isinstance(obj, Secret):
         if obj:
             found |= dsn_secrets(obj.reveal())
     elif attrs.has(type(obj)):
@@ -122,8 +164,12 @@ def secrets_in(obj: Any) -> set[str]:
 # credentials whatever their value: key=value (libpq and query strings), URL userinfo,
 # and psycopg's "invalid percent-encoded token" message, which quotes the password
 _PATTERNS = (
-    (re.compile(r"(\b\w*(?:password|secret|token)\w*\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)",
-                re.IGNORECASE), rf"\g<1>{REDACTED}"),
+    (re.compile(r"(\b\w*(?:password|secret|token|key|signature|credential|authorization)"
+                r"\w*\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)", re.IGNORECASE),
+     rf"\g<1>{REDACTED}"),
+    # an HTTP header as a client library may quote it: "Authorization: Bearer abc"
+    (re.compile(r"(\bauthorization['\"]?\s*:\s*['\"]?)(?:(?:bearer|basic|aws4-hmac-sha256)"
+                r"\s+)?[^\s'\",}]+", re.IGNORECASE), rf"\g<1>{REDACTED}"),
     (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^\s@]+@", re.IGNORECASE),
      rf"\g<1>{REDACTED}@"),
     (re.compile(r'(percent-encoded token: )"[^"]*"'), rf'\g<1>"{REDACTED}"'),
@@ -134,7 +180,8 @@ def _may_hold_credential(text: str) -> bool:
     """False when none of :data:`_PATTERNS` can match: each needs its literal ("=" after a
     key, "://" of a URL, psycopg's message). Substring tests are much cheaper than three
     regular-expression scans of every logged value."""
-    return "=" in text or "://" in text or "percent-encoded token" in text
+    return ("=" in text or "://" in text or "percent-encoded token" in text
+            or "uthorization" in text or "UTHORIZATION" in text)
 
 
 @attrs.define

@@ -30,6 +30,9 @@ abandoned and finishes on its own.
 
 from __future__ import annotations
 
+import math
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,9 +59,10 @@ _PERMANENT = (
 class CredentialsUnavailable(InfrastructureError):
     """The S3 credentials could not be obtained."""
 
-    def __init__(self, outcome: Fault | Transient) -> None:
+    def __init__(self, outcome: Fault | Transient, repeated: bool = False) -> None:
         super().__init__(outcome.error)
         self.outcome = outcome
+        self.repeated = repeated  # the last failure again, within its back-off: not news
 
 
 def resolve_chain(cfg: S3Config) -> botocore.credentials.Credentials | None:
@@ -81,34 +85,80 @@ def classify_failure(exc: Exception) -> Fault | Transient:
         if 400 <= status < 500:
             return Fault(f"credentials_refused:{code}")
         return Transient(f"credentials_unavailable:{code}")
+    if isinstance(exc, RuntimeError):  # botocore: "refreshed ... still expired"
+        return Transient("credentials_unavailable:expired_after_refresh")
     return Transient(f"credentials_unavailable:{name}")
+
+
+BACKOFF_BASE = 1.0  # seconds before the first retry of a failed resolution
+BACKOFF_CAP = 60.0  # the longest wait between two resolutions
+
+
+def _metadata_enabled() -> bool:
+    """Whether botocore's chain asks the instance metadata service (it does unless
+    ``AWS_EC2_METADATA_DISABLED=true``)."""
+    return os.environ.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() != "true"
 
 
 @attrs.define
 class CredentialSource:
-    """The daemon's S3 credentials, resolved on first use and refreshed by botocore."""
+    """The daemon's S3 credentials, resolved on first use and refreshed by botocore.
+
+    Nothing found while the metadata service is enabled is not settled: it is what an
+    IMDS outage looks like (botocore's provider then returns nothing), so it is a
+    :class:`Transient` (``credentials_unavailable:none_found``) and the chain is asked
+    again later; only with ``AWS_EC2_METADATA_DISABLED=true`` does an empty chain mean
+    unsigned requests. A failed resolution or refresh — botocore's plain ``RuntimeError``
+    for a refresh whose keys are still expired included — is retried with exponential
+    back-off (:data:`BACKOFF_BASE` doubling to :data:`BACKOFF_CAP`); until then the same
+    outcome is raised without asking again."""
 
     cfg: S3Config
     resolver: Callable[[S3Config], Any] = resolve_chain
+    clock: Callable[[], float] = time.monotonic
     _resolved: Any = attrs.field(default=None, init=False)
     _done: bool = attrs.field(default=False, init=False)
+    _failures: int = attrs.field(default=0, init=False)
+    _retry_at: float = attrs.field(default=-math.inf, init=False)
+    _last_failure: CredentialsUnavailable | None = attrs.field(default=None, init=False)
 
     def current(self) -> Credentials | None:
         """The keys to sign with now (blocking); raises :class:`CredentialsUnavailable`."""
+        if self._last_failure is not None and self.clock() < self._retry_at:
+            raise CredentialsUnavailable(self._last_failure.outcome, repeated=True)
         try:
             if not self._done:
-                self._resolved = self.resolver(self.cfg)
-                self._done = True
-            if self._resolved is None:
-                return None
-            frozen = self._resolved.get_frozen_credentials()
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError,
-                OSError) as exc:
-            raise CredentialsUnavailable(classify_failure(exc)) from None
+                resolved = self.resolver(self.cfg)
+                if resolved is None and _metadata_enabled() and not self._static():
+                    raise _NothingFound
+                self._resolved, self._done = resolved, True
+            frozen = (None if self._resolved is None
+                      else self._resolved.get_frozen_credentials())
+        except _NothingFound:
+            raise self._failed(Transient("credentials_unavailable:none_found")) from None
+        except Exception as exc:  # RuntimeError of a refresh still expired too
+            raise self._failed(classify_failure(exc)) from None
+        self._failures, self._last_failure = 0, None
+        if frozen is None:
+            return None
         return Credentials(Secret(frozen.access_key), Secret(frozen.secret_key),
                            Secret(frozen.token or ""))
+
+    def _static(self) -> bool:
+        return bool(self.cfg.access_key_id and self.cfg.secret_access_key)
+
+    def _failed(self, outcome: Fault | Transient) -> CredentialsUnavailable:
+        self._failures += 1
+        delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (self._failures - 1))
+        self._retry_at = self.clock() + delay
+        self._last_failure = CredentialsUnavailable(outcome)
+        return self._last_failure
 
     @property
     def refreshable(self) -> bool:
         """True when the keys expire and botocore renews them (checked after resolving)."""
         return isinstance(self._resolved, botocore.credentials.RefreshableCredentials)
+
+
+class _NothingFound(Exception):
+    """The chain found nothing while the metadata service may just be down."""

@@ -74,7 +74,11 @@ from supervision.metrics import S3_WORKER_STARTS
 
 log = structlog.get_logger("s3_worker")
 
-WORKER_COMMAND = (sys.executable, "-m", "actors.s3.worker")
+# -P: the working directory is not put on sys.path (a planted pycurl.py there would be
+# imported by the process that holds the S3 keys); -s: no user site-packages either; and
+# the worker runs in WORKER_CWD, so a relative PYTHONPATH entry cannot point at it
+WORKER_COMMAND = (sys.executable, "-P", "-s", "-m", "actors.s3.worker")
+WORKER_CWD = "/"
 # The answer when no worker runs: nothing was sent, so the row was not attempted.
 NOT_SENT = "s3_worker_unavailable"
 RESPAWN_INTERVAL = 1.0
@@ -211,7 +215,8 @@ class WorkerObjectStore:
             try:
                 credentials = await self._current_credentials()
             except CredentialsUnavailable as exc:
-                log.error("s3_credentials_unavailable", error=exc.outcome.error)
+                if not exc.repeated:  # once per try of the chain, not per HEAD
+                    log.error("s3_credentials_unavailable", error=exc.outcome.error)
                 self._unavailable = exc.outcome if isinstance(exc.outcome, Fault) else None
                 return None
             self._unavailable = None
@@ -230,7 +235,7 @@ class WorkerObjectStore:
     async def _start(self, credentials: Credentials | None) -> _Worker:
         process = await trio.lowlevel.open_process(
             list(self._command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            start_new_session=True, env=worker_environment(os.environ))
+            start_new_session=True, env=worker_environment(os.environ), cwd=WORKER_CWD)
         requests_send, requests_recv = trio.open_memory_channel[bytes](math.inf)
         requests_send.send_nowait(encode_settings(self._cfg, credentials))
         worker = _Worker(process, requests_send, credentials)

@@ -36,7 +36,10 @@ the pipe, or died) exits at once: the daemon has already given up on what is in 
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
 import os
+import resource
 import select
 import sys
 import time
@@ -75,6 +78,7 @@ from actors.s3.wire import (
 from supervision.config import S3Config
 
 READ_SIZE = 64 * 1024
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 IDLE_WAIT = 1.0  # seconds; select() wakes sooner for stdin or a socket
 # Answers wait up to this long for others while requests are still queued here (the
 # connections have work, so the daemon's refills are not urgent): one pipe write — and
@@ -385,7 +389,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def no_core_dumps() -> None:
+    """This process holds the S3 credentials: no core file (RLIMIT_CORE 0) and, on Linux,
+    not dumpable (``PR_SET_DUMPABLE`` 0: no core, no ptrace or /proc/PID/mem by the
+    same user). Done before the settings line, which carries the keys, is read."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def main() -> None:
+    no_core_dumps()
     serve_worker(sys.stdin.fileno(), sys.stdout.fileno())
 
 

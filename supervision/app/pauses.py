@@ -43,7 +43,13 @@ def operator() -> str:
 def pause_job(conn: psycopg.Connection, job: str, reason: str | None, by: str,
               for_seconds: float | None = None) -> Paused:
     """Pause *job* on every replica (for *for_seconds*, or until resumed); a job paused
-    already keeps its first pause."""
+    already keeps its first pause.
+
+    *by* (the OS user and host, which the operator's environment may set to anything:
+    ``$USER``) is recorded with the database role the session authenticated as, which it
+    cannot: ``alice@bastion [db:ops_alice]``."""
+    role = conn.execute(QUERIES["db_session_user"]).fetchone()
+    by = f"{by} [db:{role[0] if role else '?'}]"
     with conn.transaction():
         row = conn.execute(QUERIES["job_pauses_insert"], {
             "job": job, "reason": reason, "paused_by": by,

@@ -27,6 +27,14 @@ server is down at start — back-off, ``/readyz`` 503, no exit — until it is r
 corrected file is reloaded. The settings stay the new ones: rolling back to the old
 would hide the operator's mistake behind a daemon that looks healthy on a configuration
 its file no longer says.
+
+Whatever the loader raises refuses the reload with one line naming the key (an unclosed
+IPv6 bracket in a URL, arrays nested past the parser's recursion, a TOML datetime for a
+duration, a NUL in a file name), and only regular files of bounded size are read
+(:mod:`supervision.config_files`: a FIFO or a symlink to ``/dev/zero`` is refused at
+once, never waited on). A new ``http.listen`` is bound before the old tree is stopped
+and handed to the new exporter; when it cannot be bound (the port is taken) the reload
+is refused and the old tree serves on.
 """
 
 from __future__ import annotations
@@ -38,8 +46,10 @@ import attrs
 import structlog
 import trio
 
+from actors.metrics_exporter import prebind
 from supervision.app.resources import Resource, changed_resources, check_before_reopen
 from supervision.config import Config
+from supervision.config_checks import guarded_problem
 from supervision.errors import ConfigError
 from supervision.logs import configure_logging
 from supervision.secrets import secrets_in
@@ -92,6 +102,16 @@ def reconcile(running: Config, new: Config) -> Reloaded:
                     changed_resources(running, applied))
 
 
+async def _bind_new_listen(listen: str) -> None:
+    """Bind the new ``http.listen`` while the old tree still serves the old one (the new
+    exporter takes the sockets); a ConfigError when it cannot be bound."""
+    try:
+        await prebind(listen)
+    except OSError as exc:
+        raise ConfigError([f"http.listen: cannot bind {listen}: "
+                           f"{exc.strerror or type(exc).__name__}"]) from None
+
+
 def reloader(running: Config,
              load: Callable[[], Config]) -> Callable[[], Awaitable[Config | None]]:
     """A SIGHUP handler's logic: load and check (in a worker thread: it reads files), log,
@@ -107,10 +127,18 @@ def reloader(running: Config,
             check_before_reopen(outcome.cfg, outcome.reopened)
             return outcome
 
+        problems: list[str] = []
         try:
-            outcome = await trio.to_thread.run_sync(load_and_check)
+            # abandoned (not waited for) when a SIGTERM cancels the reload
+            outcome = await trio.to_thread.run_sync(load_and_check, abandon_on_cancel=True)
+            if "http.listen" in outcome.changed:
+                await _bind_new_listen(outcome.cfg.http.listen)
         except ConfigError as exc:
-            for problem in exc.problems:
+            problems = exc.problems
+        except Exception as exc:
+            problems = [guarded_problem("configuration", exc)]
+        if problems:
+            for problem in problems:
                 log.error("config_reload_refused", problem=problem)
             return None
         if outcome.needs_restart:

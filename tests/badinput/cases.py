@@ -36,6 +36,8 @@ class Job(Enum):
     FINALIZE = "recording-finalize"
     REAPER = "conference-reaper"
     RELAY = "outbox-relay"
+    RELOAD = "reload"  # SIGHUP to a running `safetynet run` is refused; then finalize heals
+    HTTP = "http"  # hostile clients of a running `safetynet run`'s endpoint
 
 
 class Read(Enum):
@@ -47,6 +49,8 @@ class Read(Enum):
     COUNTS = "counts"
     EXIT = "exit"
     PLANTED = "planted"  # what the plant itself measured (a listener's wake-ups)
+    REFUSED = "config_reload_refused"  # the problem of the daemon's refusal line
+    ANSWER = "answer"  # what the endpoint answered the prober
 
 
 @attrs.frozen
@@ -363,6 +367,79 @@ def config_file(text: str, env: Mapping[str, str] | None = None) -> Callable[[Wo
     return plant
 
 
+def config_special(kind: str, text: str = "",
+                   files: Mapping[str, tuple[str, int]] | None = None) -> Callable[[World], Any]:
+    """The layered file is not plain text: *kind* ``fifo`` (a FIFO), ``devzero`` (a
+    symlink to /dev/zero), ``busy-listen`` (http.listen on a port another socket holds),
+    ``files`` (*text* names *files*, written with their modes, as ``{dir}/NAME``)."""
+    async def plant(world: World) -> Planted:
+        return Planted(extra={"toml": text, "env": {}, "special": kind,
+                              "files": dict(files or {})})
+    return plant
+
+
+def idle_connections(count: int) -> Callable[[World], Any]:
+    """*count* connections to the endpoint that never send a byte, then a prober."""
+    async def plant(world: World) -> Planted:
+        return Planted(extra={"idle_connections": count})
+    return plant
+
+
+async def metadata_outage(world: World) -> Planted:
+    """No S3 keys in the configuration, botocore's chain left with the instance metadata
+    service, which answers 503 (a loopback stand-in); the operator's fix is the keys."""
+    import os
+
+    from tests.imds_stub import serve_imds
+
+    stub = serve_imds("AKIDUNUSED", "unused-secret", "unused-token")
+    imds = stub.__enter__()
+    imds.up = False
+    names = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
+             "AWS_METADATA_SERVICE_TIMEOUT": "1", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "1",
+             "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+             "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials"}
+    cleared = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+               "AWS_PROFILE", "AWS_EC2_METADATA_DISABLED", "AWS_WEB_IDENTITY_TOKEN_FILE",
+               "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    saved = {n: os.environ.get(n) for n in (*names, *cleared)}
+    for name in cleared:
+        os.environ.pop(name, None)
+    os.environ.update(names)
+
+    async def heal() -> None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        stub.__exit__(None, None, None)
+    return Planted(config={"s3": {"access_key_id": "", "secret_access_key": ""}}, heal=heal)
+
+
+async def planted_pycurl(world: World) -> Planted:
+    """The daemon runs in a directory where someone planted a ``pycurl.py`` that would
+    capture the S3 keys; healing checks it never ran."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    directory = Path(tempfile.mkdtemp(prefix="badinput-cwd-"))
+    marker = directory / "captured"
+    (directory / "pycurl.py").write_text(
+        f"open({str(marker)!r}, 'w').write('keys')\nraise ImportError('planted')\n")
+    previous = os.getcwd()
+    os.chdir(directory)
+
+    async def heal() -> None:
+        os.chdir(previous)
+        imported = marker.exists()
+        shutil.rmtree(directory)
+        assert not imported, "the S3 worker imported the planted pycurl.py"
+    return Planted(heal=heal)
+
+
 def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World], Any],
        read: Read, reason: str, event: str | None = None, untouched: bool = False) -> Case:
     return Case(id, area, bad, did, job, plant, read, reason, event, untouched)
@@ -375,6 +452,11 @@ CONFIG_FAULT = ("configuration fault: nothing claimed, no attempt spent, readine
 EXIT_78 = "exit 78 before touching anything, one stderr line naming the key"
 DEAD = "row dead-lettered with its reason, the other rows published"
 REFUSED = "config error: "
+RELOAD_REFUSED = ("SIGHUP refused (config_reload_refused naming the key), the daemon alive on"
+                  " its old configuration, SIGTERM still exits 0")
+DEEP = "[" * 5000 + "]" * 5000
+WEAK_KEY = {"client.key": ("-----BEGIN PRIVATE KEY-----\n", 0o644),
+            "client.pem": ("-----BEGIN CERTIFICATE-----\n", 0o644)}
 
 CASES: list[Case] = [
     # ---------------------------------------------------------------- configuration
@@ -415,7 +497,98 @@ CASES: list[Case] = [
     _c("config-wrong-type", "config", 'jobs.conference_reaper.batch_size = "many"',
        EXIT_78, CONF, config_file('[jobs.conference_reaper]\nbatch_size = "many"\n'),
        Read.EXIT, REFUSED + "jobs.conference_reaper.batch_size:", untouched=True),
+    _c("config-url-ipv6-unclosed", "config", 'media.base_url = "http://[::1" (urlsplit'
+       " raises)", EXIT_78, CONF, config_file('[media]\nbase_url = "http://[::1"\n'),
+       Read.EXIT, REFUSED + "media.base_url: must be an http(s) URL", untouched=True),
+    _c("config-array-nested-5000", "config", "an array nested 5,000 deep (the TOML parser"
+       " recurses)", EXIT_78, CONF,
+       config_file(f"[jobs.recording_finalize]\nbatch_size = {DEEP}\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.batch_size: arrays or tables nested too deeply",
+       untouched=True),
+    _c("config-duration-datetime", "config", "polling_interval written as a TOML datetime",
+       EXIT_78, CONF, config_file("[jobs.recording_finalize]\npolling_interval ="
+                                  " 1979-05-27T07:32:00Z\n"), Read.EXIT,
+       REFUSED + "jobs.recording_finalize.polling_interval: expected a duration",
+       untouched=True),
+    _c("config-ca-file-nul", "config", "a NUL in s3.ca_file", EXIT_78, CONF,
+       config_file('[s3]\nca_file = "/tmp/ca\\u0000.pem"\n'), Read.EXIT,
+       REFUSED + "s3.ca_file: the path holds a NUL character", untouched=True),
+    _c("config-file-fifo", "config", "the config path is a FIFO nobody writes",
+       EXIT_78 + " (never waits on it)", CONF, config_special("fifo"), Read.EXIT,
+       REFUSED + "<layer>: cannot read config file: is a FIFO", untouched=True),
+    _c("config-file-dev-zero", "config", "the config path is a symlink to /dev/zero",
+       EXIT_78 + " (never reads it)", CONF, config_special("devzero"), Read.EXIT,
+       REFUSED + "<layer>: cannot read config file: is a character device", untouched=True),
+    _c("config-sasl-plain-cleartext", "config", "PLAIN over SASL_PLAINTEXT to a loopback"
+       " broker", EXIT_78, CONF,
+       config_file('[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism ='
+                   ' "PLAIN"\nsasl_username = "u"\nsasl_password = "pw12"\n'),
+       Read.EXIT, REFUSED + "kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT",
+       untouched=True),
+    _c("config-postgres-remote-unverified", "config", "a remote postgres.dsn with"
+       " sslmode=require", EXIT_78, CONF,
+       config_file('[postgres]\ndsn = "postgresql://app@db.internal/m?sslmode=require"\n'),
+       Read.EXIT, REFUSED + "postgres.dsn: must use sslmode=verify-full", untouched=True),
+    _c("config-key-file-world-readable", "config", "kafka.ssl_keyfile readable by"
+       " others (mode 0644)", EXIT_78, CONF,
+       config_special("files", '[kafka]\nsecurity_protocol = "SSL"\nssl_certfile ='
+                      ' "{dir}/client.pem"\nssl_keyfile = "{dir}/client.key"\n', WEAK_KEY),
+       Read.EXIT, REFUSED + "kafka.ssl_keyfile: ", untouched=True),
+    _c("config-tracing-endpoint-unparsable", "config", 'tracing.endpoint = "http://[::1"',
+       EXIT_78, CONF, config_file('[tracing]\nendpoint = "http://[::1"\n'), Read.EXIT,
+       REFUSED + "tracing.endpoint: must be an http(s) URL", untouched=True),
+    _c("config-listen-bracket-unclosed", "config", 'http.listen = "[::1:9464"', EXIT_78,
+       CONF, config_file('[http]\nlisten = "[::1:9464"\n'), Read.EXIT,
+       REFUSED + "http.listen: must be HOST:PORT", untouched=True),
+    _c("config-file-2mib", "config", "a 2 MiB configuration file", EXIT_78 + " (never"
+       " parsed)", CONF, config_special("huge"), Read.EXIT,
+       REFUSED + "<layer>: cannot read config file: is 2097152 bytes", untouched=True),
+    _c("config-media-ca-fifo", "config", "media.ca_file names a FIFO", EXIT_78 + " (the"
+       " bundle is never opened)", CONF,
+       config_special("files", '[media]\nca_file = "{dir}/ca.pem"\n', {"ca.pem": ("", -1)}),
+       Read.EXIT, REFUSED + "media.ca_file: ", untouched=True),
+    # -------------------------------------------------------- SIGHUP (issue #26)
+    _c("reload-url-ipv6-unclosed", "config", 'SIGHUP with media.base_url = "http://[::1"',
+       RELOAD_REFUSED, Job.RELOAD, config_file('[media]\nbase_url = "http://[::1"\n'),
+       Read.REFUSED, "media.base_url: must be an http(s) URL", untouched=True),
+    _c("reload-array-nested-5000", "config", "SIGHUP with an array nested 5,000 deep",
+       RELOAD_REFUSED, Job.RELOAD,
+       config_file(f"[jobs.recording_finalize]\nbatch_size = {DEEP}\n"), Read.REFUSED,
+       "jobs.recording_finalize.batch_size: arrays or tables nested too deeply",
+       untouched=True),
+    _c("reload-duration-datetime", "config", "SIGHUP with a TOML datetime as a duration",
+       RELOAD_REFUSED, Job.RELOAD, config_file("[jobs.recording_finalize]\n"
+                                               "polling_interval = 1979-05-27T07:32:00Z\n"),
+       Read.REFUSED, "jobs.recording_finalize.polling_interval: expected a duration",
+       untouched=True),
+    _c("reload-ca-file-nul", "config", "SIGHUP with a NUL in s3.ca_file", RELOAD_REFUSED,
+       Job.RELOAD, config_file('[s3]\nca_file = "/tmp/ca\\u0000.pem"\n'), Read.REFUSED,
+       "s3.ca_file: the path holds a NUL character", untouched=True),
+    _c("reload-file-fifo", "config", "SIGHUP while the config path is a FIFO",
+       RELOAD_REFUSED + " (the reload never blocks)", Job.RELOAD, config_special("fifo"),
+       Read.REFUSED, "<layer>: cannot read config file: is a FIFO", untouched=True),
+    _c("reload-file-dev-zero", "config", "SIGHUP while the config path is a symlink to"
+       " /dev/zero", RELOAD_REFUSED + " (never read)", Job.RELOAD, config_special("devzero"),
+       Read.REFUSED, "<layer>: cannot read config file: is a character device",
+       untouched=True),
+    _c("reload-listen-busy-port", "config", "SIGHUP moving http.listen to a port another"
+       " process holds", RELOAD_REFUSED + " (the new address is bound first)", Job.RELOAD,
+       config_special("busy-listen"), Read.REFUSED, "http.listen: cannot bind",
+       untouched=True),
+    # ------------------------------------------------------------- HTTP endpoint
+    _c("http-idle-connections-200", "config", "200 connections to /readyz's port that"
+       " never send a byte", "the prober is answered at once (idle connections give up"
+       " their slots), a bounded number of log lines, the daemon alive", Job.HTTP,
+       idle_connections(200), Read.ANSWER, "200 ready", untouched=True),
     # ------------------------------------------------------------- S3 configuration
+    _c("s3-imds-outage", "s3", "no S3 keys configured and the instance metadata service"
+       " down at the first request", "no HEAD sent (nothing unsigned), no attempt spent;"
+       " the chain is asked again with back-off", FIN, metadata_outage, Read.LOG,
+       "credentials_unavailable:none_found", "s3_credentials_unavailable"),
+    _c("s3-planted-pycurl-in-cwd", "s3", "a pycurl.py planted in the daemon's working"
+       " directory", "never imported (the S3 worker starts with -P -s in /); the cycle"
+       " finalises as usual", FIN, planted_pycurl, Read.COUNTS,
+       '{"failed": 1, "reconciled": 2}', "recording_reconciled"),
     _c("s3-wrong-key-prefix", "s3", "s3.key_prefix names the wrong prefix (every HEAD"
        " 404)", CONFIG_FAULT + " (positive canary: a known recording answers 404)", FIN,
        s3_config(key_prefix="call-recordngs/"), Read.HEALTH,

@@ -4,11 +4,16 @@ then ``tests.chaos.checker`` over every other row. Figures go to build/bad-input
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import MutableMapping, Sequence
+import urllib.request
+from collections.abc import Iterator, MutableMapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,26 +36,146 @@ pytestmark = pytest.mark.badinput
 Logged = MutableMapping[str, Any]  # a log event as structlog.testing captures it
 
 
-def run_refused(world: World, planted: Planted, tmp_path: Path) -> str:
-    """``safetynet run`` as a real process, a valid configuration layered with the bad
-    one; it must exit at once (a daemon that starts is killed by the timeout: a failure)."""
+def write_base(world: World, tmp_path: Path, **sections: dict[str, Any]) -> Path:
+    """A valid configuration against the world's servers."""
     creds = world.s3.credentials
     base = {"postgres": {"dsn": world.dsn},
             "s3": {"endpoint_url": world.s3.endpoint_url, "bucket": world.bucket,
                    "access_key_id": creds.access_key_id,
-                   "secret_access_key": creds.secret_access_key, "region": creds.region}}
+                   "secret_access_key": creds.secret_access_key, "region": creds.region},
+            **sections}
     (tmp_path / "base.toml").write_text(tomli_w.dumps(base))
-    (tmp_path / "bad.toml").write_text(planted.extra["toml"])
+    return tmp_path / "base.toml"
+
+
+def write_layer(planted: Planted, layer: Path, busy_port: int = 0) -> None:
+    """The bad layer as the case plants it: text (with its files), a FIFO, a symlink to
+    /dev/zero, or http.listen on *busy_port*."""
+    special = planted.extra.get("special")
+    if layer.exists() or layer.is_symlink():
+        layer.unlink()
+    if special == "fifo":
+        os.mkfifo(layer)
+    elif special == "devzero":
+        layer.symlink_to("/dev/zero")
+    elif special == "huge":
+        layer.write_text("# " + "x" * (2 * 1024 * 1024 - 3) + "\n")
+    elif special == "busy-listen":
+        layer.write_text(f'[http]\nlisten = "127.0.0.1:{busy_port}"\n')
+    else:
+        for name, (text, mode) in planted.extra.get("files", {}).items():
+            if mode < 0:  # a FIFO nobody writes
+                os.mkfifo(layer.parent / name)
+                continue
+            (layer.parent / name).write_text(text)
+            (layer.parent / name).chmod(mode)
+        layer.write_text(planted.extra["toml"].replace("{dir}", str(layer.parent)))
+
+
+def run_refused(world: World, planted: Planted, tmp_path: Path) -> str:
+    """``safetynet run`` as a real process, a valid configuration layered with the bad
+    one; it must exit at once (a daemon that starts is killed by the timeout: a failure)."""
+    base, layer = write_base(world, tmp_path), tmp_path / "bad.toml"
+    write_layer(planted, layer)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
            **planted.extra["env"]}
     proc = subprocess.run(
-        [sys.executable, "-m", "supervision.app", "run", "-c", str(tmp_path / "base.toml"),
-         "-c", str(tmp_path / "bad.toml")],
+        [sys.executable, "-m", "supervision.app", "run", "-c", str(base), "-c", str(layer)],
         capture_output=True, text=True, check=False, cwd=ROOT, env=env, timeout=30)
     assert "zzw0rd" not in proc.stdout + proc.stderr
     lines = proc.stderr.splitlines()
     assert (proc.returncode, len(lines)) == (78, 1), proc.stderr
-    return lines[0]
+    return lines[0].replace(str(layer), "<layer>")
+
+
+def _healthz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            return int(resp.status)
+    except OSError:
+        return 0
+
+
+def _logged(log: Path, event: str) -> list[dict[str, Any]]:
+    found = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if entry.get("event") == event:
+                found.append(entry)
+    return found
+
+
+@contextlib.contextmanager
+def running_daemon(world: World, tmp_path: Path) -> Iterator[tuple[Any, Path, Path, int]]:
+    """``safetynet run`` on a valid configuration (base + an empty layer), answering
+    /healthz; yields the process, its layer file, its log and its port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = write_base(world, tmp_path, http={"listen": f"127.0.0.1:{port}"},
+                      outbox_relay={"enabled": False}, supervision={"shutdown_grace": "5s"})
+    layer, log = tmp_path / "layer.toml", tmp_path / "daemon.log"
+    layer.write_text("")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "supervision.app", "run", "-c", str(base), "-c", str(layer)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while _healthz(port) != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        yield proc, layer, log, port
+        assert proc.poll() is None and _healthz(port) == 200, log.read_text()[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def run_reload_refused(world: World, planted: Planted, tmp_path: Path) -> str:
+    """The bad layer and SIGHUP to a running daemon: the reload must be refused (one
+    config_reload_refused line, the problem returned), the daemon must answer /healthz on
+    its old port, and SIGTERM must still stop it (exit 0)."""
+    with running_daemon(world, tmp_path) as (proc, layer, log, _):
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            write_layer(planted, layer, busy.getsockname()[1])
+            proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 30
+            while not _logged(log, "config_reload_refused"):
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    log.read_text()[-2000:]
+                time.sleep(0.05)
+        assert not _logged(log, "config_reloaded") and not _logged(log, "tree_restarted")
+        problems = [str(e["problem"]) for e in _logged(log, "config_reload_refused")]
+        assert len(problems) == 1, problems
+    return problems[0].replace(str(layer), "<layer>")
+
+
+def run_idle_flood(world: World, planted: Planted, tmp_path: Path) -> str:
+    """Idle connections to a running daemon's endpoint, then a prober's /readyz: its
+    answer (status and body) is the reason; the daemon logs a bounded number of lines
+    about them and lives on."""
+    with running_daemon(world, tmp_path) as (_, _, log, port):
+        before = len(log.read_text().splitlines())
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5)
+                for _ in range(planted.extra["idle_connections"])]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+                answer = f"{resp.status} {resp.read().decode().strip()}"
+        finally:
+            for conn in idle:
+                conn.close()
+        time.sleep(0.5)  # what closing them makes the daemon log
+        lines = log.read_text().splitlines()[before:]
+        http = [line for line in lines if '"http_' in line]
+        assert len(http) <= 3 and "Traceback" not in "\n".join(lines), http
+    return answer
 
 
 def read_reason(case: Case, world: World, planted: Planted, logs: Sequence[Logged],
@@ -103,6 +228,11 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
     with capture_logs() as logs:
         if case.job is Job.CONFIG:
             outcome = await trio.to_thread.run_sync(run_refused, world, planted, tmp_path)
+        elif case.job is Job.RELOAD:
+            outcome = await trio.to_thread.run_sync(run_reload_refused, world, planted,
+                                                    tmp_path)
+        elif case.job is Job.HTTP:
+            outcome = await trio.to_thread.run_sync(run_idle_flood, world, planted, tmp_path)
         else:
             outcome = await cycle(world.config(**planted.config), case.job.value)
     reason = read_reason(case, world, planted, logs, outcome)
@@ -112,7 +242,7 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
         await planted.heal()
     HEALTH.clear_fault("s3")
     HEALTH.clear_fault("kafka")
-    job = Job.FINALIZE if case.job is Job.CONFIG else case.job
+    job = Job.FINALIZE if case.job in (Job.CONFIG, Job.RELOAD, Job.HTTP) else case.job
     healed = await cycle(world.config(), job.value)
     invariants, violations = await trio.to_thread.run_sync(
         partial(world.violations, relay=case.job is Job.RELAY))

@@ -217,6 +217,7 @@ async def test_paused_job_takes_no_lease_runs_no_cycle_and_logs_once_per_pause(
     lock = LockConnection(db_dsn)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         pause_job(conn, "test-paused", "maintenance", "tester@host")
+        (session_user,) = conn.execute("SELECT session_user::text").fetchone() or ("",)
         with structlog.testing.capture_logs() as logs:
             paused = [(await run_locked_cycle(job, lock)).status for _ in range(3)]
             assert JOB_PAUSED.labels(job="test-paused")._value.get() == 1
@@ -228,7 +229,7 @@ async def test_paused_job_takes_no_lease_runs_no_cycle_and_logs_once_per_pause(
     assert resumed == [CycleStatus.RAN] * 2 and len(ran) == 2
     skipped = [e for e in logs if e["event"] == "cycle_skipped_paused"]
     assert [(e["job"], e["reason"], e["paused_by"]) for e in skipped] == [
-        ("test-paused", "maintenance", "tester@host")]
+        ("test-paused", "maintenance", f"tester@host [db:{session_user}]")]
     assert [e["job"] for e in logs if e["event"] == "job_resumed"] == ["test-paused"]
     assert JOB_PAUSED.labels(job="test-paused")._value.get() == 0
     lock.discard()

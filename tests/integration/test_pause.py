@@ -26,6 +26,18 @@ def config(db_dsn: str, tmp_path: Path) -> Path:
     return postgres_only_config(tmp_path, db_dsn)
 
 
+def dsn_user(config: Path) -> str:
+    """The role the configuration's DSN logs in as."""
+    import psycopg
+
+    from supervision.config import load_config
+
+    with psycopg.connect(load_config([config], {}).postgres.dsn.reveal()) as conn:
+        row = conn.execute("SELECT session_user::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def test_pause_shows_in_status_until_resume(config: Path) -> None:
     """pause records the job, reason and who; status (table and --json) lists it; a
     second pause keeps the first; resume ends it, and a second resume says so."""
@@ -40,6 +52,7 @@ def test_pause_shows_in_status_until_resume(config: Path) -> None:
     (paused,) = data["paused"]
     assert (paused["job"], paused["reason"]) == (FINALIZE, "S3 migration")
     assert "@" in paused["paused_by"] and paused["paused_for_seconds"] >= 0
+    assert paused["paused_by"].endswith(f" [db:{dsn_user(config)}]")  # not only $USER
     assert "paused jobs" in cli(config, "status").stdout
 
     resumed = cli(config, "resume", "--job", FINALIZE)

@@ -20,7 +20,7 @@ import trio
 import trio.lowlevel
 
 from actors.s3.credentials import CredentialSource
-from actors.s3.objectstore import Fault, Found
+from actors.s3.objectstore import Fault, Found, Transient
 from actors.s3.process import open_object_store
 from supervision.config import Config, S3Config
 from supervision.health import HEALTH
@@ -227,3 +227,40 @@ async def test_an_untrusted_certificate_stops_the_cycle_as_a_configuration_fault
         healed = await run_cycle(config(ca_file=str(secure_s3.ca_file)))
         assert counts_of(healed) == {"reconciled": 1}
         assert HEALTH.reason() is None
+
+
+async def test_an_imds_outage_at_the_first_request_heals_by_itself(
+        secure_s3: SecureS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No keys in the config, the metadata service (a loopback stand-in) down at the first
+    HEAD: the HEAD is not sent (Transient, no unsigned request); once the service is back,
+    a later HEAD within the back-off is signed with its keys and finds the object, with
+    no restart of the store."""
+    from tests.imds_stub import serve_imds
+
+    creds = secure_s3.assume_role()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_PROFILE", "AWS_EC2_METADATA_DISABLED", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                 "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    with serve_imds(creds.access_key, creds.secret_key, creds.token) as imds:
+        for name, value in {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
+                            "AWS_METADATA_SERVICE_TIMEOUT": "1",
+                            "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "1",
+                            "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
+            monkeypatch.setenv(name, value)
+        imds.up = False
+        cfg = s3_config(secure_s3.http_url)
+        source = CredentialSource(cfg)
+        async with open_object_store(cfg, credentials=source, respawn_interval=0.2) as store:
+            outcome = await store.head_recording(PRESENT[2])
+            assert isinstance(outcome, Transient), outcome
+            assert imds.requests > 0 and store.starts == 0  # asked, nothing sent unsigned
+            imds.up = True
+            with trio.fail_after(30):
+                while not isinstance(outcome, Found):
+                    await trio.sleep(0.2)
+                    outcome = await store.head_recording(PRESENT[2])
+            assert store.starts == 1
+        assert source.refreshable

@@ -241,11 +241,13 @@ def test_secrets_never_appear_in_repr_or_redacted_output(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("dsn", "secrets"), [
-    ("host=db user=app password = hunter22x dbname=m", ["hunter22x"]),
-    ("host=db password='two words here' dbname=m", ["two words here", "words"]),
+    ("host=db user=app password = hunter22x dbname=m sslmode=verify-full", ["hunter22x"]),
+    ("host=db password='two words here' dbname=m sslmode=verify-full",
+     ["two words here", "words"]),
     ("host=db sslpassword=keyphrase1 sslmode=verify-full", ["keyphrase1"]),
-    ("postgresql://app@db/m?password=qu3ry-pw&sslpassword=k3y-pw", ["qu3ry-pw", "k3y-pw"]),
-    ("postgresql://app:pct%25pw@db/m", ["pct%pw", "pct%25pw"]),
+    ("postgresql://app@db/m?password=qu3ry-pw&sslpassword=k3y-pw&sslmode=verify-full",
+     ["qu3ry-pw", "k3y-pw"]),
+    ("postgresql://app:pct%25pw@db/m?sslmode=verify-full", ["pct%pw", "pct%25pw"]),
 ])
 def test_dsn_redaction_masks_every_credential_libpq_reads(
         tmp_path: Path, dsn: str, secrets: list[str]) -> None:
@@ -476,8 +478,12 @@ def test_kafka_security_settings_load_as_enums_with_the_password_secret(
       "(use SASL_SSL or SASL_PLAINTEXT)"]),
     ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
       "sasl_password": "p", "bootstrap_servers": "127.0.0.1:9092,kafka-2.internal:9092"},
-     ["kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the password in clear "
-      "to kafka-2.internal:9092; use SASL_SSL or SCRAM"]),
+     ["kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the password in clear; "
+      "use SASL_SSL or SCRAM"]),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+      "sasl_password": "p", "bootstrap_servers": "127.0.0.1:9092"},
+     ["kafka.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the password in clear; "
+      "use SASL_SSL or SCRAM"]),
     ({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"},
      ["kafka.ssl_cafile: no such file: '/nonexistent/ca.pem'"]),
 ])
@@ -514,6 +520,7 @@ def test_tls_files_that_do_not_hold_what_they_should_are_refused(
     encrypted.write_bytes(key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(b"passphrase")))
+    encrypted.chmod(0o600)
     paths = {**attrs.asdict(pki), "encrypted_key": encrypted}
     kafka = {key: str(paths[name]) for key, name in files.items()}
     assert kafka_problems(tmp_path, security_protocol="SSL", **kafka) == [expected]

@@ -48,7 +48,7 @@ def test_config_refuses_a_clear_text_password_hash_naming_the_key() -> None:
     from supervision.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
-        config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"},
+        config_from_dict({"postgres": {"dsn": "postgresql://a@127.0.0.1/c"},
                           "console": {"password_hash": "hunter2"}})
     (problem,) = caught.value.problems
     assert problem.startswith("console.password_hash: ") and "hunter2" not in problem
@@ -83,7 +83,7 @@ def test_failed_logins_are_logged_and_limited_per_client_until_the_window_passes
     """Each failed login is logged with the client and user (never the password); after
     MAX_FAILURES a client is refused (429) even with the right password, another client is
     not, and the limit lifts once the window has passed."""
-    cfg = config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"}, "console": {
+    cfg = config_from_dict({"postgres": {"dsn": "postgresql://a@127.0.0.1/c"}, "console": {
         "user": "ana", "password_hash": hash_password("right")}}).console
     clock = FakeClock()
     gate = Gate(cfg, clock=clock)
@@ -133,13 +133,13 @@ def test_trusted_proxies_is_an_array_or_a_comma_separated_environment_value() ->
     from supervision.config import load_config
     from supervision.errors import ConfigError
 
-    env = {"SAFETYNET__POSTGRES__DSN": "postgresql://a@b/c",
+    env = {"SAFETYNET__POSTGRES__DSN": "postgresql://a@127.0.0.1/c",
            "SAFETYNET__CONSOLE__TRUSTED_PROXIES": "127.0.0.1, 10.1.0.0/16"}
     assert load_config([], env).console.trusted_proxies == ("127.0.0.1", "10.1.0.0/16")
-    assert config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"}, "console": {
+    assert config_from_dict({"postgres": {"dsn": "postgresql://a@127.0.0.1/c"}, "console": {
         "trusted_proxies": "10.0.0.1"}}).console.trusted_proxies == ("10.0.0.1",)
     with pytest.raises(ConfigError) as caught:
-        config_from_dict({"postgres": {"dsn": "postgresql://a@b/c"},
+        config_from_dict({"postgres": {"dsn": "postgresql://a@127.0.0.1/c"},
                           "console": {"trusted_proxies": [10]}})
     assert caught.value.problems == [
         "console.trusted_proxies: expected an array of strings, got array"]

@@ -257,7 +257,7 @@ def test_configmap_passes_check_config_with_the_secrets_the_deployment_passes(
     without them (the Kafka SASL password is required)."""
     config = tmp_path / "config.toml"
     config.write_text(manifests()["ConfigMap"]["data"]["config.toml"])
-    env = {e["name"]: "postgresql://safetynet:stand-in@db.internal/messenger"
+    env = {e["name"]: "postgresql://safetynet:stand-in@db.internal/messenger?sslmode=verify-full"
            if e["name"].endswith("__DSN") else "stand-in"
            for e in pod("Deployment")["containers"][0]["env"]}
     assert all(name.startswith("SAFETYNET__") for name in env)

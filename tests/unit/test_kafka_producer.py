@@ -95,7 +95,8 @@ def aiokafka_kwargs(monkeypatch: pytest.MonkeyPatch, kafka: dict[str, str]
         contexts.append(kwargs)
         return aiokafka_helpers_create_ssl_context(**kwargs)
 
-    cfg = config_from_dict({"postgres": {"dsn": "postgresql://u@db/m"}, "kafka": kafka})
+    cfg = config_from_dict({"postgres": {"dsn": "postgresql://u@db/m?sslmode=verify-full"},
+                            "kafka": kafka})
     monkeypatch.setattr(kafka_producer, "AIOKafkaProducer", RecordingProducer)
     monkeypatch.setattr("aiokafka.helpers.create_ssl_context", spy)
     RecordingProducer.built.clear()

@@ -10,7 +10,7 @@ from supervision.pgconn import client_deadline, conninfo, with_defaults
 
 
 def pg(**keys: object) -> dict[str, object]:
-    return {"postgres": {"dsn": "postgresql://u@db.internal/messenger", **keys}}
+    return {"postgres": {"dsn": "postgresql://u@db.internal/messenger?sslmode=verify-full", **keys}}
 
 
 def test_bounds_keepalives_and_name_are_merged_into_the_dsn() -> None:
@@ -30,7 +30,7 @@ def test_what_the_dsn_sets_itself_wins() -> None:
     """connect_timeout/keepalives in the DSN replace ours; its options come after ours
     (PostgreSQL applies the last -c of a setting)."""
     cfg = config_from_dict({"postgres": {
-        "dsn": "host=h dbname=d connect_timeout=20 keepalives_idle=60"
+        "dsn": "host=h dbname=d sslmode=verify-full connect_timeout=20 keepalives_idle=60"
                " options='-c lock_timeout=9s -c search_path=x'"}})
     params = conninfo_to_dict(conninfo(cfg.postgres, "safetynet"))
     assert params["connect_timeout"] == "20" and params["keepalives_idle"] == "60"

@@ -13,7 +13,7 @@ from supervision.app.resources import Resource, check_before_reopen
 from supervision.config import config_from_dict
 from supervision.errors import ConfigError
 
-BASE: dict[str, Any] = {"postgres": {"dsn": "postgresql://u:old-pw@db/x"},
+BASE: dict[str, Any] = {"postgres": {"dsn": "postgresql://u:old-pw@db/x?sslmode=verify-full"},
                         "logging": {"level": "info"},
                         "jobs": {"recording_finalize": {"batch_size": 10}}}
 
@@ -42,8 +42,8 @@ def test_resource_settings_apply_and_reopen_only_their_resource() -> None:
     """A new DSN (a secret) and an S3 bucket apply: the pool and the S3 client are
     reopened, the Kafka producer, media client and tracer are not; the DSN is named by
     key only."""
-    new = config(postgres={"dsn": "postgresql://u:new-pw@db/x"}, s3={"bucket": "b2"},
-                 logging={"level": "warning"})
+    new = config(postgres={"dsn": "postgresql://u:new-pw@db/x?sslmode=verify-full"},
+                 s3={"bucket": "b2"}, logging={"level": "warning"})
     out = reconcile(config(), new)
     assert out.changed == ("postgres.dsn", "s3.bucket", "logging.level")
     assert out.reopened == (Resource.POSTGRES, Resource.S3)

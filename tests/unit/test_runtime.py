@@ -229,3 +229,75 @@ def test_safetynet_run_freezes_its_startup_objects_before_the_tree_starts(
         gc.unfreeze()
     assert result.exit_code == 0, result.output
     assert len(seen) == 1 and seen[0] > 10_000  # the modules, classes and functions
+
+
+async def test_sigterm_while_a_reload_hangs_stops_the_daemon_at_once() -> None:
+    """A reload that never returns (a file that blocks its reader) does not keep the
+    signal loop from handling SIGTERM: the reload is abandoned and serve_root returns 0
+    well within the shutdown grace."""
+    running, reloading = trio.Event(), trio.Event()
+
+    async def serve(task_status: Any) -> None:
+        task_status.started()
+        running.set()
+        await trio.sleep_forever()
+
+    async def reload() -> Successor | None:
+        reloading.set()
+        await trio.sleep_forever()
+        return None
+
+    async with trio.open_nursery() as nursery:
+        async def drive() -> None:
+            await running.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            await reloading.wait()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        nursery.start_soon(drive)
+        with trio.fail_after(5):  # the grace is 60 s
+            code = await serve_root(SupervisorSpec("root", [ChildSpec("only", serve)]), 60,
+                                    reload)
+    assert code == EXIT_OK
+
+
+async def test_sighups_during_a_reload_run_one_more_reload_after_it() -> None:
+    """Three SIGHUPs while a reload runs: the reloads never overlap, and exactly one more
+    runs after the first (the file is read again once)."""
+    running, first_started, release, second_done = (trio.Event() for _ in range(4))
+    calls: list[int] = []
+    active = [0]
+
+    async def serve(task_status: Any) -> None:
+        task_status.started()
+        running.set()
+        await trio.sleep_forever()
+
+    async def reload() -> Successor | None:
+        active[0] += 1
+        assert active[0] == 1, "reloads overlap"
+        calls.append(1)
+        first_started.set()
+        await release.wait()
+        active[0] -= 1
+        if len(calls) == 2:
+            second_done.set()
+        return None
+
+    async with trio.open_nursery() as nursery:
+        async def drive() -> None:
+            await running.wait()
+            os.kill(os.getpid(), signal.SIGHUP)
+            await first_started.wait()
+            for _ in range(3):
+                os.kill(os.getpid(), signal.SIGHUP)
+                await trio.testing.wait_all_tasks_blocked()
+            release.set()
+            await second_done.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        nursery.start_soon(drive)
+        code = await serve_root(SupervisorSpec("root", [ChildSpec("only", serve)]), 60,
+                                reload)
+    assert code == EXIT_OK and len(calls) == 2

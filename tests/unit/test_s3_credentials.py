@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import botocore.credentials
 import botocore.exceptions
 import pytest
 
-from actors.s3.credentials import CredentialSource, CredentialsUnavailable, classify_failure
+from actors.s3.credentials import (
+    BACKOFF_BASE,
+    CredentialSource,
+    CredentialsUnavailable,
+    classify_failure,
+)
 from actors.s3.objectstore import Fault, Transient
 from actors.s3.wire import Credentials
 from supervision.config import S3Config
@@ -109,3 +117,82 @@ def test_sts_refusals_are_faults_and_outages_transient(status: int, expected: ob
         {"Error": {"Code": "AccessDenied", "Message": "no"},
          "ResponseMetadata": {"HTTPStatusCode": status}}, "AssumeRoleWithWebIdentity")
     assert classify_failure(exc) == expected
+
+
+def _metadata(expires_in: timedelta, key: str = "ASIAREFRESH") -> dict[str, str]:
+    return {"access_key": key, "secret_key": "refreshed-secret", "token": "tok",
+            "expiry_time": (datetime.now(UTC) + expires_in).isoformat()}
+
+
+def test_a_refresh_still_expired_is_transient_with_back_off_then_recovers(
+        aws_home: Path) -> None:
+    """botocore's plain RuntimeError (a refresh whose keys are still expired) becomes a
+    Transient; the source is not asked again within the back-off, and once the refresh
+    gives fresh keys, they are returned."""
+    now = [0.0]
+    refreshes: list[timedelta] = []
+    answer = [timedelta(minutes=-1)]
+
+    def refresh() -> dict[str, str]:
+        refreshes.append(answer[0])
+        return _metadata(answer[0])
+
+    creds = botocore.credentials.RefreshableCredentials.create_from_metadata(
+        _metadata(timedelta(minutes=5)), refresh_using=refresh, method="test")
+    source = CredentialSource(S3Config(), resolver=lambda _cfg: creds, clock=lambda: now[0])
+    with pytest.raises(CredentialsUnavailable) as info:
+        source.current()
+    assert info.value.outcome == Transient("credentials_unavailable:expired_after_refresh")
+    asked = len(refreshes)
+    with pytest.raises(CredentialsUnavailable):
+        source.current()  # within the back-off: not asked again
+    assert len(refreshes) == asked
+    answer[0] = timedelta(hours=1)
+    now[0] += BACKOFF_BASE + 0.01
+    assert source.current() == keys("ASIAREFRESH", "refreshed-secret", "tok")
+
+
+def test_nothing_found_with_the_metadata_service_on_is_transient_and_asked_again(
+        aws_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty chain while IMDS is enabled is what an IMDS outage looks like: Transient,
+    not 'unsigned for good'; after the back-off the chain is asked again."""
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED")
+    now = [0.0]
+    found: list[Any] = [None]
+    asked = []
+
+    def resolver(_cfg: S3Config) -> Any:
+        asked.append(1)
+        return found[0]
+
+    source = CredentialSource(S3Config(), resolver=resolver, clock=lambda: now[0])
+    for _ in range(2):
+        with pytest.raises(CredentialsUnavailable) as info:
+            source.current()
+        assert info.value.outcome == Transient("credentials_unavailable:none_found")
+    assert len(asked) == 1
+    found[0] = botocore.credentials.Credentials("AKIALATER", "later-secret")
+    now[0] += BACKOFF_BASE + 0.01
+    assert source.current() == keys("AKIALATER", "later-secret")
+
+
+async def test_a_refresh_raising_runtime_error_leaves_the_store_running(
+        aws_home: Path) -> None:
+    """refresh_credentials with a source whose refresh is still expired logs and returns
+    False; the store and its worker go on answering."""
+    from actors.s3.objectstore import Missing
+    from actors.s3.process import open_object_store
+    from tests.unit.test_s3_process import CFG, FAKE
+
+    answer = [timedelta(hours=1)]
+    creds = botocore.credentials.RefreshableCredentials.create_from_metadata(
+        _metadata(timedelta(hours=1)), refresh_using=lambda: _metadata(answer[0]),
+        method="test")
+    source = CredentialSource(CFG, resolver=lambda _cfg: creds)
+    async with open_object_store(CFG, command=FAKE, credentials=source,
+                                 refresh_interval=3600) as store:
+        assert await store.head_recording("r1") == Missing()
+        answer[0] = timedelta(minutes=-1)
+        creds._expiry_time = datetime.now(UTC) + timedelta(minutes=1)  # mandatory refresh
+        assert await store.refresh_credentials() is False
+        assert await store.head_recording("r2") == Missing()

@@ -125,7 +125,7 @@ async def test_worker_environment_holds_no_daemon_secrets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The real worker inherits PATH, locale and TLS settings, but none of the daemon's
     SAFETYNET__* overrides nor cloud credentials (its own come over stdin)."""
-    monkeypatch.setenv("SAFETYNET__POSTGRES__DSN", "postgresql://app:env-dsn-pw@db/m")
+    monkeypatch.setenv("SAFETYNET__POSTGRES__DSN", "postgresql://app:env-dsn-pw@db/m?sslmode=verify-full")
     monkeypatch.setenv("SAFETYNET__MEDIA__TOKEN", "env-media-token")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-aws-secret")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
@@ -148,9 +148,12 @@ def test_worker_exits_when_the_daemon_is_killed(tmp_path: Path) -> None:
         import sys, trio
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
         from supervision.config import S3Config
+        from supervision.secrets import Secret
         from actors.s3.process import open_object_store
+        cfg = S3Config(endpoint_url="http://127.0.0.1:9", access_key_id=Secret("AKID"),
+                       secret_access_key=Secret("not-a-secret"))
         async def main():
-            async with open_object_store(S3Config(endpoint_url="http://127.0.0.1:9")) as s:
+            async with open_object_store(cfg) as s:
                 await s.head_bucket()
                 print(s._worker.process.pid, flush=True)
                 await trio.sleep(60)

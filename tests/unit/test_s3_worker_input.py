@@ -18,6 +18,7 @@ import trio
 from actors.s3.objectstore import Found, HeadOutcome, Poison, Transient
 from actors.s3.process import open_object_store
 from supervision.config import S3Config
+from supervision.secrets import Secret
 
 GOOD = (b"Content-Type: audio/ogg\r\nContent-Length: 64\r\n"
         b"x-amz-meta-duration-seconds: 42\r\n")
@@ -90,7 +91,8 @@ async def odd_s3(nursery: trio.Nursery) -> AsyncIterator[S3Config]:
     listeners = await nursery.start(functools.partial(trio.serve_tcp, _serve, 0,
                                                       host="127.0.0.1"))
     port = listeners[0].socket.getsockname()[1]
-    yield S3Config(endpoint_url=f"http://127.0.0.1:{port}", timeout=5.0, concurrency=2)
+    yield S3Config(endpoint_url=f"http://127.0.0.1:{port}", timeout=5.0, concurrency=2,
+                   access_key_id=Secret("AKIDODD"), secret_access_key=Secret("odd-secret"))
 
 
 def _is_row_verdict(outcome: HeadOutcome) -> bool:

@@ -8,3 +8,7 @@ SELECT 1;
 -- The fraction (0-1) of the server's NOTIFY queue in use: one queue for the whole
 -- cluster, filled when a LISTENing session stops consuming (then NOTIFY fails).
 SELECT pg_notification_queue_usage();
+
+-- name: db_session_user --
+-- Who this session authenticated as (SET ROLE does not change it): recorded with a pause.
+SELECT session_user::text;
