@@ -33,9 +33,10 @@ Family = Literal["uuid", "text", "integer", "bigint", "timestamptz", "jsonb"]
 Access = Literal["read", "write", "insert"]
 
 # pg_type.typname -> family; a column of a family outside its expected one is a mismatch
-_FAMILY_OF_TYPE: dict[str, Family] = {
+_FAMILY_OF_TYPE: dict[str, str] = {
     "uuid": "uuid", "text": "text", "varchar": "text", "bpchar": "text",
-    "int4": "integer", "int8": "bigint", "timestamptz": "timestamptz", "jsonb": "jsonb",
+    "int2": "smallint", "int4": "integer", "int8": "bigint", "timestamptz": "timestamptz",
+    "jsonb": "jsonb",
 }
 # which catalog families satisfy an expected one (a bigint column holds any integer)
 _ACCEPTS: dict[Family, frozenset[str]] = {
@@ -344,7 +345,7 @@ def _column_problems(want: Column, got: CatalogColumn | None) -> list[Problem]:
         if want.family == "timestamptz" and got.type_name == "timestamp":
             why = "is timestamp without time zone: safetynet compares instants"
             using = f" USING {want.name} AT TIME ZONE 'UTC'"
-        elif want.family == "text" and (family in ("integer", "bigint")
+        elif want.family == "text" and (family in ("smallint", "integer", "bigint")
                                         or got.type_kind == "e"):
             why = (f"is {got.formatted}: safetynet reads and writes this enum as its names "
                    "(text)")

@@ -76,8 +76,15 @@ def relay_job(res: Resources) -> RelayJob:
                     max_run_duration=res.cfg.outbox_relay.lock_ttl / 2)
 
 
-def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJob[Any]]:
-    """The enabled periodic jobs, each with its interval, lock TTL and cycle."""
+def locked_jobs(res: Resources, include_disabled: bool = False,
+                excluded: frozenset[str] = frozenset()) -> list[LockedJob[Any]]:
+    """The enabled periodic jobs, each with its interval, lock TTL and cycle; *excluded*
+    (jobs whose messenger contract is broken, :mod:`supervision.app.schema_gate`) left out."""
+    jobs = _locked_jobs(res, include_disabled)
+    return [job for job in jobs if job.name not in excluded]
+
+
+def _locked_jobs(res: Resources, include_disabled: bool) -> list[LockedJob[Any]]:
     jobs: list[LockedJob[Any]] = []
     rf = res.cfg.jobs.recording_finalize
     if rf.enabled or include_disabled:
@@ -111,7 +118,7 @@ def ping(conn: psycopg.Connection) -> None:
     conn.execute(QUERIES["db_ping"])
 
 
-def build_tree(res: Resources) -> SupervisorSpec:
+def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> SupervisorSpec:
     sup = res.cfg.supervision
     intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
                           backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
@@ -127,7 +134,7 @@ def build_tree(res: Resources) -> SupervisorSpec:
         ChildSpec("gauge-refresher", partial(serve_gauge_refresher, res.db, refreshes(res)),
                   Restart.PERMANENT, shutdown=1.0),
     ]
-    if res.cfg.outbox_relay.enabled:
+    if res.cfg.outbox_relay.enabled and "outbox-relay" not in excluded:
         outbox = SupervisorSpec("outbox", [
             ChildSpec("outbox-listener", partial(serve_outbox_listener, listen_dsn, res.wakeup,
                                                    deadline=deadline),
@@ -144,7 +151,7 @@ def build_tree(res: Resources) -> SupervisorSpec:
         [ChildSpec(f"lock-keeper:{job.name}",
                    partial(serve_lock_keeper, job, lock_dsn, deadline=deadline),
                    Restart.PERMANENT, shutdown=grace)
-         for job in locked_jobs(res)],
+         for job in locked_jobs(res, excluded=excluded)],
         Strategy.ONE_FOR_ONE, intensity,
     )
     children.append(ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,
