@@ -46,6 +46,19 @@ from supervision.queries import QUERIES
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 APPLICATION_NAME = "safetynet-migrate"
 LOCK_TIMEOUT = 0.5  # seconds: the longest a migrate statement may queue for a lock
+LEDGER_STATEMENT_TIMEOUT = 60  # seconds: a ledger migration touches safetynet's own tables
+DDL_STATEMENT_TIMEOUT = 10  # seconds: a trigger's DDL, instant once its lock is granted
+# squawk findings accepted in migrations already applied by earlier releases (their text
+# is fixed by its checksum), each with why: `make lint` writes these above the migration
+# as squawk-ignore-file comments (write_lint_input).
+LINT_EXCEPTIONS: dict[int, dict[str, str]] = {
+    v: {"prefer-text-field": "safetynet's own bookkeeping tables, a few rows each: the "
+        "widths bound what an operator or a broker's error may write, and widening one "
+        "later locks only that table, which no messenger writer touches",
+        **({"prefer-bigint-over-int": "counters and backend pids bounded far below 2^31 "
+            "(failures, redrives, holder_pid)"} if v in (3, 5, 6) else {})}
+    for v in (2, 3, 5, 6)
+}
 # The checksums of the migration files issue 28 emptied, as earlier releases applied
 # them: a ledger holding one of these is up to date for that version.
 LEGACY_CHECKSUMS: dict[int, frozenset[str]] = {
@@ -95,11 +108,13 @@ class Step:
         if self.migration is not None:
             m = self.migration
             return (f"-- {self.label}\nBEGIN;\nSET LOCAL lock_timeout = '{ms}ms';\n"
+                    f"SET LOCAL statement_timeout = '{LEDGER_STATEMENT_TIMEOUT}s';\n"
                     f"{m.sql.strip()}\nINSERT INTO safetynet.schema_migrations "
                     f"(version, name, checksum) VALUES ({m.version}, '{m.name}', "
                     f"'{m.checksum}');\nCOMMIT;\n")
-        timeout = "SET statement_timeout = 0;\n" if self.concurrent else ""
-        return f"-- {self.label}\nSET lock_timeout = '{ms}ms';\n{timeout}{self.sql};\n"
+        timeout = "0" if self.concurrent else f"{DDL_STATEMENT_TIMEOUT}s"
+        return (f"-- {self.label}\nSET lock_timeout = '{ms}ms';\n"
+                f"SET statement_timeout = '{timeout}';\n{self.sql};\n")
 
 
 @attrs.frozen
@@ -246,6 +261,7 @@ def _run(conn: psycopg.Connection[Any], step: Step, options: Options) -> None:
                 with conn.transaction():
                     conn.execute(QUERIES["schema_migrations_lock"])
                     _set(conn, "lock_timeout", f"{ms}ms", local=True)
+                    _set(conn, "statement_timeout", f"{LEDGER_STATEMENT_TIMEOUT}s", local=True)
                     conn.execute(QUERIES["schema_migrations_create"])
                     done = ledger(conn)
                     if m.version in done:  # another migrate applied it meanwhile
@@ -257,8 +273,8 @@ def _run(conn: psycopg.Connection[Any], step: Step, options: Options) -> None:
                 return
             _set(conn, "lock_timeout", f"{ms}ms")
             before = conn.execute("SHOW statement_timeout").fetchone()
-            if step.concurrent:
-                _set(conn, "statement_timeout", "0")
+            _set(conn, "statement_timeout",
+                 "0" if step.concurrent else f"{DDL_STATEMENT_TIMEOUT}s")
             try:
                 # packaged statements (schema_contract, this module), never user input
                 conn.execute(step.sql)
@@ -401,3 +417,40 @@ def grant(dsn: str, role: str) -> list[str]:
             return [s.as_string(conn) + ";" for s in statements]
     except psycopg.Error as exc:
         raise MigrationError(f"grant failed: {type(exc).__name__}: {exc}") from exc
+
+
+def every_step() -> list[Step]:
+    """Every step migrate can ever run (each migration; each index built, or dropped as an
+    INVALID leftover; the trigger installed and dropped): what ``make lint`` hands to
+    squawk, in the form --print-sql shows."""
+    steps = [Step(m.label, m.sql, m) for m in migrations()]
+    for index in contract.INDEXES:
+        if not index.required:
+            steps.append(Step(f"rebuild INVALID {index.name}",
+                              f"DROP INDEX CONCURRENTLY IF EXISTS messenger.{index.name}",
+                              concurrent=True))
+            steps.append(Step(f"index {index.name}", index.ddl(), concurrent=True))
+    steps += [Step(f"trigger {TRIGGER}", _CREATE_TRIGGER), Step("drop trigger", _DROP_TRIGGER)]
+    return steps
+
+
+def write_lint_input(folder: str) -> None:
+    """One file per step of :func:`every_step` under *folder* (``make lint`` runs squawk
+    over them)."""
+    from pathlib import Path
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for n, step in enumerate(every_step()):
+        name = re.sub(r"[^a-z0-9]+", "_", step.label.lower()).strip("_")
+        ignores = LINT_EXCEPTIONS.get(step.migration.version, {}) if step.migration else {}
+        header = "".join(f"-- {rule}: {why}\n-- squawk-ignore-file {rule}\n"
+                         for rule, why in ignores.items())
+        (out / f"{n:03d}_{name}.sql").write_text(header + step.script(LOCK_TIMEOUT),
+                                                 encoding="utf-8")
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_lint_input(sys.argv[1])

@@ -76,7 +76,7 @@ class Index:
 
     def ddl(self, concurrently: bool = True) -> str:
         unique = "UNIQUE " if self.unique else ""
-        how = "CONCURRENTLY " if concurrently else ""
+        how = "CONCURRENTLY IF NOT EXISTS " if concurrently else ""
         where = f" WHERE {self.predicate}" if self.predicate else ""
         return (f"CREATE {unique}INDEX {how}{self.name} ON {SCHEMA}.{self.table} "
                 f"({', '.join(self.columns)}){where}")

@@ -84,7 +84,7 @@ def test_check_schema_names_each_incompatibility_with_the_ddl_that_fixes_it(
     assert "NOT NULL without a default" in by_subject["messenger.realtime_outbox.tenant_id"]
     assert by_subject["messenger.ux_outbox_dedupe"].startswith("error: ")
     assert by_subject["messenger.ux_outbox_dedupe"].endswith(
-        "fix: CREATE UNIQUE INDEX CONCURRENTLY ux_outbox_dedupe ON "
+        "fix: CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS ux_outbox_dedupe ON "
         "messenger.integration_outbox (topic, dedupe_key);")
     assert by_subject["messenger.ix_outbox_created"].startswith("warning: ")
 
@@ -97,7 +97,7 @@ def test_missing_recommended_index_alone_is_a_warning_with_exit_0(
     proc = cli(config, "check-schema")
     assert proc.returncode == 0
     assert proc.stdout.splitlines()[0].startswith("warning: messenger.ix_outbox_published: ")
-    assert "CREATE INDEX CONCURRENTLY ix_outbox_published" in proc.stdout
+    assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_outbox_published" in proc.stdout
 
 
 def test_run_once_of_a_job_whose_contract_is_broken_exits_78_and_touches_no_row(

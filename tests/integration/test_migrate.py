@@ -371,8 +371,8 @@ def test_print_sql_shows_exactly_what_would_run_and_runs_nothing(empty_db_dsn: s
     CONCURRENTLY); the database is untouched; after migrate it prints nothing."""
     apply_messenger_fixture(empty_db_dsn)
     script = print_sql(empty_db_dsn)
-    assert "CREATE INDEX CONCURRENTLY ix_outbox_published ON messenger.integration_outbox" \
-        in script
+    assert ("CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_outbox_published ON "
+            "messenger.integration_outbox") in script
     assert "SET LOCAL lock_timeout = '500ms';" in script
     assert script.count("BEGIN;") == len(migrations())
     assert "CREATE TABLE messenger" not in script and "ALTER TABLE messenger" not in script

@@ -14,8 +14,6 @@ CREATE TABLE safetynet.outbox_dead_letters (
     blocks_key boolean NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
--- squawk-ignore require-concurrent-index-creation: the table was created just above, in
--- the same transaction; it is empty and nobody else can see it yet
 CREATE INDEX ix_dead_letters_key ON safetynet.outbox_dead_letters (topic, message_key);
 
 CREATE FUNCTION safetynet.notify_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
