@@ -142,8 +142,16 @@ def migrations() -> list[Migration]:
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    conn: psycopg.Connection[Any] = psycopg.connect(
-        with_defaults(dsn, application_name=APPLICATION_NAME), autocommit=True)
+    try:
+        conn: psycopg.Connection[Any] = psycopg.connect(
+            with_defaults(dsn, application_name=APPLICATION_NAME), autocommit=True)
+    except psycopg.OperationalError as exc:
+        if "unsupported startup parameter" in str(exc):
+            raise MigrationError(
+                "the server refused the session's startup options: migrate needs a direct "
+                "connection or a pooler in session mode (a transaction-mode pooler is in "
+                "the way)") from exc
+        raise
     return conn
 
 

@@ -29,6 +29,7 @@ from supervision.errors import ConfigError, ConfigurationFault, InfrastructureEr
 from supervision.health import HEALTH
 from supervision.metrics import SCHEMA_AHEAD, SCHEMA_BROKEN, SCHEMA_MISSING_INDEXES
 from supervision.migrate import SchemaReport, check_schema, versions
+from supervision.queries import QUERIES
 
 log = structlog.get_logger("schema")
 
@@ -41,17 +42,47 @@ class Verdict:
         return frozenset(self.broken)
 
 
-def _report(conn: psycopg.Connection) -> SchemaReport:
-    return SchemaReport(check_schema(conn), versions(conn))
+POOLER = ("safetynet needs a direct connection to PostgreSQL or a pooler in session mode "
+          "(its advisory locks, LISTEN and session timeouts live in one session); a "
+          "transaction-mode pooler is in the way")
+
+
+def pooler_problem(error: BaseException) -> str | None:
+    """The one-line verdict for a connection refused by a transaction-mode pooler
+    (PgBouncer: ``unsupported startup parameter: options``), or None."""
+    chain: list[BaseException | None] = [error, error.__cause__, error.__context__]
+    if any(e is not None and "unsupported startup parameter" in str(e) for e in chain):
+        return f"postgres.dsn: the server refused the session's startup options: {POOLER}"
+    return None
+
+
+def _report(conn: psycopg.Connection) -> tuple[SchemaReport, dict[str, str]]:
+    row = conn.execute(QUERIES["schema_contract_session_settings"]).fetchone()
+    settings = {"statement_timeout": str(row[0]),
+                "idle_in_transaction_session_timeout": str(row[1])} if row else {}
+    return SchemaReport(check_schema(conn), versions(conn)), settings
+
+
+def dropped_settings(settings: dict[str, str]) -> list[str]:
+    """Session bounds that did not take effect (0: the server's default, not ours)."""
+    return [name for name, value in sorted(settings.items()) if value in ("0", "0ms")]
 
 
 async def schema_gate(db: Database) -> Verdict:
-    """Check the schema; raise ``ConfigError`` on pending migrations; record the rest."""
+    """Check the session and the schema; raise ``ConfigError`` on a transaction-mode
+    pooler or pending migrations; record the rest."""
     try:
-        report = await db.run(_report)
+        report, settings = await db.run(_report)
     except (psycopg.Error, InfrastructureError) as exc:
+        pooled = pooler_problem(exc)
+        if pooled:
+            raise ConfigError([pooled]) from exc
         log.warning("schema_check_skipped", reason=f"{type(exc).__name__}: {exc}")
         return Verdict({})
+    dropped = dropped_settings(settings)
+    if dropped:
+        raise ConfigError([f"postgres.dsn: {', '.join(dropped)} is 0 on the server, not "
+                           f"what [postgres] sets: {POOLER}"])
     if report.versions.pending:
         raise ConfigError([
             "safetynet migrations pending: " + ", ".join(report.versions.pending_labels)

@@ -300,3 +300,75 @@ def test_retention_deletes_are_found_through_the_published_index(db_dsn: str) ->
     text = json.dumps(plan[0])
     assert "ix_outbox_published" in text
     assert "Seq Scan" not in text
+
+
+def test_session_settings_dropped_on_the_way_refuse_the_start_naming_the_pooler(
+        db_dsn: str, tmp_path: Path) -> None:
+    """A statement_timeout of 0 on the server (what a transaction-mode pooler that ignores
+    the startup options leaves): `safetynet run` exits 78 saying a direct connection or
+    session pooling is needed, instead of running without its timeouts."""
+    dsn = psycopg.conninfo.make_conninfo(db_dsn, options="-c statement_timeout=0")
+    proc = cli(postgres_only_config(tmp_path, dsn), "run")
+    assert proc.returncode == 78, proc.stderr
+    assert "statement_timeout is 0 on the server" in proc.stderr
+    assert "direct connection to PostgreSQL or a pooler in session mode" in proc.stderr
+
+
+def test_startup_parameter_refusal_is_named_as_a_pooler_problem() -> None:
+    """PgBouncer in transaction mode refuses `options`: the error says what is needed."""
+    from supervision.app.schema_gate import pooler_problem
+
+    refused = psycopg.OperationalError(
+        'connection failed: ERROR:  unsupported startup parameter: options')
+    assert "session mode" in (pooler_problem(refused) or "")
+    assert pooler_problem(psycopg.OperationalError("connection refused")) is None
+
+
+def test_connection_budget_per_replica_holds_in_pg_stat_activity(
+        db_dsn: str, s3_server: S3Server, kafka_server: KafkaServer, bucket: str,
+        tmp_path: Path) -> None:
+    """A replica with every job enabled opens at most POOL_SIZE + 3 lock sessions + 1
+    listener = 10 connections (docs/operations.md, connection budget)."""
+    from supervision.app.resources import POOL_SIZE
+
+    port = free_ports(1)[0]
+    creds = s3_server.credentials
+    path = tmp_path / "c.toml"
+    path.write_text(tomli_w.dumps({
+        "postgres": {"dsn": db_dsn},
+        "s3": {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
+               "region": creds.region, "access_key_id": creds.access_key_id,
+               "secret_access_key": creds.secret_access_key},
+        "kafka": {"bootstrap_servers": kafka_server.bootstrap_servers},
+        "jobs": {"recording_finalize": {"polling_interval": "200ms"},
+                 "conference_reaper": {"polling_interval": "200ms"}},
+        "http": {"listen": f"127.0.0.1:{port}"},
+        "logging": {"format": "json"},
+    }))
+    log = tmp_path / "daemon.log"
+    proc = start_daemon(path, log)
+    seen: dict[str, int] = {}
+    peak = 0
+    try:
+        def cycles() -> int:
+            return len([e for e in events(log) if e.get("event") == "cycle_completed"])
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            def sample() -> bool:
+                nonlocal peak, seen
+                rows = conn.execute(
+                    "SELECT application_name, count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "GROUP BY 1").fetchall()
+                now = {str(r[0]): int(r[1]) for r in rows}
+                peak = max(peak, sum(now.values()))
+                for name, n in now.items():
+                    seen[name] = max(seen.get(name, 0), n)
+                return cycles() >= 10
+            wait_until(sample, 60, "ten cycles")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert seen.get("safetynet-lock") == 3
+    assert seen.get("safetynet-listen") == 1
+    assert seen.get("safetynet", 0) <= POOL_SIZE
+    assert peak <= POOL_SIZE + 3 + 1

@@ -48,3 +48,10 @@ SELECT EXISTS (SELECT 1 FROM pg_trigger
 -- The messenger tables that exist (the fixture refuses to create any of them again).
 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'messenger' AND c.relkind IN ('r', 'p') ORDER BY 1;
+
+-- name: schema_contract_session_settings --
+-- The bounds every daemon session asks for in its startup packet (supervision.pgconn): a
+-- transaction-mode pooler that drops the startup options leaves them at 0.
+SELECT current_setting('statement_timeout') AS statement_timeout,
+       current_setting('idle_in_transaction_session_timeout')
+           AS idle_in_transaction_session_timeout;
