@@ -9,9 +9,10 @@ messenger's tables from the fixture (SPEC §2, with its own indexes) and seeds, 
    every 10 ms (autocommit, as the messenger does), timing each statement; a second
    thread holds, every 3 s, a one-second messenger transaction that wrote to the outbox
    (a lock migrate's trigger must wait behind). Meanwhile `migrate` runs with its
-   defaults: every safetynet migration, the nine messenger-side indexes the fixture lacks built CONCURRENTLY
-   (four on call_recordings) and the NOTIFY trigger. Printed: migrate's duration, the
-   writer's statements, its worst and p99 wait. Target: worst < 1 s.
+   defaults: every safetynet migration, the nine messenger-side indexes the fixture
+   lacks, built CONCURRENTLY (three on call_recordings), and the NOTIFY trigger.
+   Printed: migrate's duration, the writer's statements, its worst and p99 wait.
+   Target: worst < 1 s.
 2. **retention.** The relay's retention statement (batches of 1000, 20 per call) run to
    exhaustion over the 950,000 published rows; printed: rows/s. Target: >= 2,000 rows/s.
 
