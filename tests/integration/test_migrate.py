@@ -3,6 +3,8 @@ catalog); migrate owns only the safetynet schema and its indexes, online and ide
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from supervision.migrate import (
     migrations,
     print_sql,
 )
+from supervision.queries import QUERIES
 from supervision.schema_contract import INDEXES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -393,3 +396,55 @@ def test_safetynet_only_leaves_the_messenger_tables_untouched(empty_db_dsn: str)
     migrate(empty_db_dsn)
     assert [s.label for s in migrate(empty_db_dsn, Options(notify_trigger=False))] == [
         "drop trigger trg_integration_outbox_notify (wakeup = poll)"]
+
+
+BEFORE_ISSUE_28 = "ec9d3a7"  # the last commit whose migrations 0001-0010 held messenger DDL
+
+
+def test_database_migrated_by_the_release_before_upgrades_in_place(
+        empty_db_dsn: str) -> None:
+    """A database built by the previous release's own files 0001-0010 (read from git, each
+    applied with its ledger row and checksum as that migrate did) upgrades with no manual
+    step: no ledger migration re-runs, no index is duplicated, only retention's new index
+    is built, and check-schema finds it compatible."""
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "cat-file", "-e", f"{BEFORE_ISSUE_28}^{{commit}}"], cwd=ROOT,
+            capture_output=True, check=False).returncode != 0:
+        pytest.skip(f"git or commit {BEFORE_ISSUE_28} is not available (a shallow clone)")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(QUERIES["schema_migrations_create"])
+        for m in migrations()[:10]:
+            old = subprocess.run(
+                ["git", "show", f"{BEFORE_ISSUE_28}:supervision/sql/migrations/{m.label}.sql"],
+                cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            with conn.transaction():
+                conn.execute(old)  # type: ignore[call-overload]
+                conn.execute(QUERIES["schema_migrations_insert"],
+                             {"version": m.version, "name": m.name,
+                              "checksum": hashlib.sha256(old.encode()).hexdigest()})
+    before = {name for name, *_ in catalog(empty_db_dsn)[1]}
+    steps = migrate(empty_db_dsn)
+    assert [s.label for s in steps if s.migration is None] == ["index ix_outbox_published"]
+    assert all(s.migration.version > 10 for s in steps if s.migration is not None)
+    after = {name for name, *_ in catalog(empty_db_dsn)[1]}
+    assert after - before == {"ix_outbox_published"}
+    assert check_schema_lines(empty_db_dsn) == []
+
+
+def check_schema_lines(dsn: str) -> list[str]:
+    from supervision.migrate import schema_report
+
+    return schema_report(dsn).lines()
+
+
+def test_grant_to_an_unknown_role_is_one_clear_line(empty_db_dsn: str, tmp_path: Path) -> None:
+    """`migrate --grant-to` a role that does not exist: exit 1 saying to create it first."""
+    install_demo(empty_db_dsn)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[postgres]\ndsn = "{empty_db_dsn}"\n')
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "migrate", "--grant-to",
+                           "nobody_here", "-c", str(config)], capture_output=True, text=True,
+                          cwd=ROOT, check=False, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("error: role 'nobody_here' does not exist; create it first "
+                                   "(docs/operations.md)")
