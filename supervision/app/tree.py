@@ -4,7 +4,7 @@
     ├── metrics-exporter                    permanent   /metrics /healthz /readyz
     ├── gauge-refresher                     permanent   backlog gauges from cheap queries
     ├── outbox                              rest_for_one
-    │   ├── outbox-listener                 permanent   LISTEN → wake the relay
+    │   ├── outbox-listener                 permanent   LISTEN → wake the relay (wakeup=notify)
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
     ├── jobs                                one_for_one
     │   ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
@@ -135,10 +135,13 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
                   Restart.PERMANENT, shutdown=1.0),
     ]
     if res.cfg.outbox_relay.enabled and "outbox-relay" not in excluded:
+        # wakeup = "poll": migrate installed no NOTIFY trigger, so nothing to LISTEN for
+        listener = [ChildSpec("outbox-listener", partial(serve_outbox_listener, listen_dsn,
+                                                           res.wakeup, deadline=deadline),
+                              Restart.PERMANENT, shutdown=grace)
+                    ] if res.cfg.outbox_relay.wakeup == "notify" else []
         outbox = SupervisorSpec("outbox", [
-            ChildSpec("outbox-listener", partial(serve_outbox_listener, listen_dsn, res.wakeup,
-                                                   deadline=deadline),
-                      Restart.PERMANENT, shutdown=grace),
+            *listener,
             ChildSpec("lock-keeper:outbox-relay",
                       partial(serve_lock_keeper, relay_locked_job(res), lock_dsn,
                               deadline=deadline),

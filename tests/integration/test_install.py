@@ -372,3 +372,45 @@ def test_connection_budget_per_replica_holds_in_pg_stat_activity(
     assert seen.get("safetynet-listen") == 1
     assert seen.get("safetynet", 0) <= POOL_SIZE
     assert peak <= POOL_SIZE + 3 + 1
+
+
+def test_poll_mode_has_no_trigger_and_no_listener_yet_publishes(
+        db_dsn: str, kafka_server: KafkaServer, tmp_path: Path) -> None:
+    """wakeup = "poll": migrate drops the NOTIFY trigger, the daemon opens no LISTEN
+    session, and a row the messenger writes is still published (by polling)."""
+    path = tmp_path / "c.toml"
+    path.write_text(tomli_w.dumps({
+        "postgres": {"dsn": db_dsn},
+        "kafka": {"bootstrap_servers": kafka_server.bootstrap_servers},
+        "jobs": {"recording_finalize": {"enabled": False},
+                 "conference_reaper": {"enabled": False}},
+        "outbox_relay": {"wakeup": "poll", "poll_interval": "200ms"},
+        "http": {"listen": f"127.0.0.1:{free_ports(1)[0]}"},
+        "logging": {"format": "json"},
+    }))
+    migrated = cli(path, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "applied drop trigger trg_integration_outbox_notify (wakeup = poll)" in \
+        migrated.stdout
+    proc = start_daemon(path, tmp_path / "daemon.log")
+    try:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO messenger.integration_outbox (topic, message_key, "
+                         "dedupe_key, event_type, payload) VALUES ("
+                         "'pin.messenger.poll-test.v1', 'k', 'd', 'e', '{}')")
+
+            def published() -> bool:
+                row = conn.execute("SELECT published_at IS NOT NULL FROM "
+                                   "messenger.integration_outbox WHERE dedupe_key = 'd'"
+                                   ).fetchone()
+                return bool(row and row[0])
+            wait_until(published, 30, "the row to be published by polling")
+            listeners = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'safetynet-listen'").fetchone()
+            assert listeners == (0,)
+            assert conn.execute(QUERIES["schema_contract_outbox_trigger"]).fetchone() == (
+                False,)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
