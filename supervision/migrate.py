@@ -36,6 +36,7 @@ from typing import Any, LiteralString
 
 import attrs
 import psycopg
+import psycopg.sql
 import stamina
 
 from supervision import schema_contract as contract
@@ -101,6 +102,7 @@ class Step:
     sql: str
     migration: Migration | None = None
     concurrent: bool = False  # an index build: no statement_timeout
+    builds: str | None = None  # the index a CREATE INDEX CONCURRENTLY step builds
 
     def script(self, lock_timeout: float) -> str:
         """The step as a DBA would run it by hand (``--print-sql``)."""
@@ -231,7 +233,7 @@ def plan(conn: psycopg.Connection[Any], options: Options = Options()) -> list[St
                 f"messenger.{index.name} exists with another definition; rename it, or "
                 "build the index check-schema prints under another name")
         steps.append(Step(f"index {index.name}", index.ddl(concurrently=True),
-                          concurrent=True))
+                          concurrent=True, builds=index.name))
     trigger = conn.execute(QUERIES["schema_contract_outbox_trigger"]).fetchone()
     present = bool(trigger and trigger[0])
     if options.notify_trigger and not present:
@@ -260,6 +262,16 @@ def _set(conn: psycopg.Connection[Any], name: str, value: str, local: bool = Fal
                  {"name": name, "value": value, "is_local": local})
 
 
+def _drop_invalid_leftover(conn: psycopg.Connection[Any], name: str) -> None:
+    """A concurrent build that failed (its lock_timeout ran out while it waited for the
+    messenger's transactions) leaves an INVALID index that ``IF NOT EXISTS`` would take as
+    done: drop it, concurrently, before the next try."""
+    row = conn.execute(QUERIES["schema_contract_index_invalid"], {"name": name}).fetchone()
+    if row is not None:
+        conn.execute(psycopg.sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS messenger.{}").format(
+            psycopg.sql.Identifier(name)))
+
+
 def _run(conn: psycopg.Connection[Any], step: Step, options: Options) -> None:
     ms = max(1, round(options.lock_timeout * 1000))
     for attempt in _retrying(options.lock_timeout):
@@ -280,6 +292,8 @@ def _run(conn: psycopg.Connection[Any], step: Step, options: Options) -> None:
                                   "checksum": m.checksum})
                 return
             _set(conn, "lock_timeout", f"{ms}ms")
+            if step.builds is not None:
+                _drop_invalid_leftover(conn, step.builds)
             before = conn.execute("SHOW statement_timeout").fetchone()
             _set(conn, "statement_timeout",
                  "0" if step.concurrent else f"{DDL_STATEMENT_TIMEOUT}s")
@@ -437,7 +451,8 @@ def every_step() -> list[Step]:
             steps.append(Step(f"rebuild INVALID {index.name}",
                               f"DROP INDEX CONCURRENTLY IF EXISTS messenger.{index.name}",
                               concurrent=True))
-            steps.append(Step(f"index {index.name}", index.ddl(), concurrent=True))
+            steps.append(Step(f"index {index.name}", index.ddl(), concurrent=True,
+                              builds=index.name))
     steps += [Step(f"trigger {TRIGGER}", _CREATE_TRIGGER), Step("drop trigger", _DROP_TRIGGER)]
     return steps
 

@@ -414,3 +414,45 @@ def test_poll_mode_has_no_trigger_and_no_listener_yet_publishes(
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_a_concurrent_build_that_times_out_is_retried_without_an_invalid_leftover(
+        db_dsn: str) -> None:
+    """A messenger transaction that wrote call_recordings stays open: the concurrent
+    build of ix_recording_session waits for it, runs out of lock_timeout and leaves an
+    INVALID index; the retry drops that leftover and builds again, so once the
+    transaction ends there is exactly one VALID index and no INVALID one."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("DROP INDEX messenger.ix_recording_session")
+    errors: list[BaseException] = []
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute("UPDATE messenger.call_recordings SET updated_at = now() "
+                       "WHERE false")  # ROW EXCLUSIVE held until commit
+        holder.execute("SELECT txid_current()")
+
+        def run() -> None:
+            try:
+                migrate(db_dsn, Options(lock_timeout=0.2))
+            except BaseException as exc:
+                errors.append(exc)
+        worker = threading.Thread(target=run)
+        worker.start()
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            def failed_once() -> bool:
+                return conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                    "'safetynet-migrate' AND wait_event_type = 'Lock'").fetchone() != (0,) \
+                    or not worker.is_alive()
+            wait_until(failed_once, 10, "the build to wait for the open transaction")
+            time.sleep(1.0)  # several timed-out tries
+        assert worker.is_alive()
+        holder.commit()
+    worker.join(60)
+    assert errors == []
+    with psycopg.connect(db_dsn) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, x.indisvalid FROM pg_index x "
+            "JOIN pg_class c ON c.oid = x.indexrelid "
+            "WHERE x.indrelid = 'messenger.call_recordings'::regclass "
+            "AND c.relname = 'ix_recording_session'").fetchall()
+    assert rows == [("ix_recording_session", True)]

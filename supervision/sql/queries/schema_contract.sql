@@ -55,3 +55,10 @@ WHERE n.nspname = 'messenger' AND c.relkind IN ('r', 'p') ORDER BY 1;
 SELECT current_setting('statement_timeout') AS statement_timeout,
        current_setting('idle_in_transaction_session_timeout')
            AS idle_in_transaction_session_timeout;
+
+-- name: schema_contract_index_invalid --
+-- An INVALID messenger index of this name (a concurrent build that failed part way).
+SELECT 1 FROM pg_index x
+JOIN pg_class i ON i.oid = x.indexrelid
+JOIN pg_namespace n ON n.oid = i.relnamespace
+WHERE n.nspname = 'messenger' AND i.relname = %(name)s AND NOT x.indisvalid;
