@@ -93,6 +93,9 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
     from supervision.pgconn import conninfo
 
     cfg = _load(config_files)
+    # stderr: a lock_timeout retry (stamina's retry_scheduled) is logged, stdout stays the
+    # list of steps (or the --print-sql script)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     dsn = conninfo(cfg.postgres, m.APPLICATION_NAME)
     options = m.Options(safetynet_only=safetynet_only,
                         notify_trigger=cfg.outbox_relay.wakeup == "notify")
