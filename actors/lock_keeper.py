@@ -22,8 +22,13 @@ does one cheap read per tick instead of a lease, a fenced claim and a release.
 
 Each tick: take the job's lease (``safetynet.leases``, migration 0005; a new term, valid
 ``lock_ttl`` on the database clock) and, next to it, the advisory lock when it is free (so
-``pg_locks`` still shows the leader; nothing depends on it). Held by a live holder → the
-cycle is skipped. Then the cycle runs in a nested nursery inside a scope bounded by
+``pg_locks`` still shows the leader, and a replica of the advisory-lock release before
+leases cannot lead meanwhile). Held by a live holder → the cycle is skipped. So is a tick
+that finds the advisory lock held by a session without the lease-era marker (a shared
+advisory lock every lock session of this era holds): an older replica leads by that lock
+alone, during a rolling upgrade; a leader that holds only the lease steps down at its next
+renewal if such a replica takes the lock (docs/operations.md, rolling upgrade). Then the
+cycle runs in a nested nursery inside a scope bounded by
 ``lock_ttl``, with a :class:`~supervision.database.Fence` of its term in its context: the
 cycle's writes commit only while the term is live. A watchdog pings the lock connection
 every ``ping_interval`` and renews the lease every ``lock_ttl / 4``; when the connection
