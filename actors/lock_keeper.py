@@ -22,8 +22,13 @@ does one cheap read per tick instead of a lease, a fenced claim and a release.
 
 Each tick: take the job's lease (``safetynet.leases``, migration 0005; a new term, valid
 ``lock_ttl`` on the database clock) and, next to it, the advisory lock when it is free (so
-``pg_locks`` still shows the leader; nothing depends on it). Held by a live holder → the
-cycle is skipped. Then the cycle runs in a nested nursery inside a scope bounded by
+``pg_locks`` still shows the leader, and a replica of the advisory-lock release before
+leases cannot lead meanwhile). Held by a live holder → the cycle is skipped. So is a tick
+that finds the advisory lock held by a session without the lease-era marker (a shared
+advisory lock every lock session of this era holds): an older replica leads by that lock
+alone, during a rolling upgrade; a leader that holds only the lease steps down at its next
+renewal if such a replica takes the lock (docs/operations.md, rolling upgrade). Then the
+cycle runs in a nested nursery inside a scope bounded by
 ``lock_ttl``, with a :class:`~supervision.database.Fence` of its term in its context: the
 cycle's writes commit only while the term is live. A watchdog pings the lock connection
 every ``ping_interval`` and renews the lease every ``lock_ttl / 4``; when the connection
@@ -89,6 +94,12 @@ def lock_key(job: str) -> int:
     """A stable signed 64-bit advisory lock key for *job*."""
     digest = hashlib.sha256(f"safetynet:{job}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# Held shared by every lease-era lock session (advisory_lock_mark_lease_era): an advisory
+# lock holder without it is a replica of the release before leases, which leads by the
+# advisory lock alone.
+LEASE_ERA_MARKER = lock_key("lease-era")
 
 
 @attrs.frozen
@@ -176,6 +187,7 @@ class LockConnection:
         self.conn: psycopg.Connection | None = None
         self.failures = 0
         self.pause_logged: JobPause | None = None  # the pause cycle_skipped_paused named
+        self.older_logged = False  # cycle_skipped_older_release_leads said once per episode
 
     async def ensure(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
@@ -183,6 +195,8 @@ class LockConnection:
                 conn = connect(self.dsn, self.deadline, connect_timeout=5,
                                application_name="safetynet-lock")
                 conn.execute(QUERIES["lease_session_setup"])
+                conn.execute(QUERIES["advisory_lock_mark_lease_era"],
+                             {"marker": LEASE_ERA_MARKER})
                 return conn
 
             self.conn = await trio.to_thread.run_sync(open_session, abandon_on_cancel=True)
@@ -219,6 +233,12 @@ class LockConnection:
     async def acquire(self, job: LockedJob[Any]) -> Lease | None:
         """Take *job*'s lease (and its advisory lock when free); None when it is held."""
         got_lock = await self.query("advisory_lock_try", job.key, limit=5.0)
+        if not got_lock and await self.older_leader(job):
+            if not self.older_logged:
+                log.warning("cycle_skipped_older_release_leads", job=job.name)
+                self.older_logged = True
+            return None
+        self.older_logged = False
         row = await self.fetch("lease_acquire", {"job": job.name, "holder": self.holder,
                                                  "ttl": job.lock_ttl}, limit=5.0)
         if row is None:
@@ -227,8 +247,21 @@ class LockConnection:
             return None
         return Lease(job.name, int(row[0]), row[1], str(row[2]), bool(got_lock))
 
+    async def older_leader(self, job: LockedJob[Any], *, connect: bool = True) -> bool:
+        """Whether a replica of the advisory-lock release (before leases) holds *job*'s
+        advisory lock: rolling upgrade from it, that replica leads."""
+        row = await self.fetch("advisory_lock_older_holders",
+                               {"key": job.key, "marker": LEASE_ERA_MARKER}, limit=5.0,
+                               connect=connect)
+        return bool(row and row[0])
+
     async def renew(self, job: LockedJob[Any], lease: Lease, limit: float) -> bool:
-        """Extend the lease by ``lock_ttl``; False when its term is no longer live."""
+        """Extend the lease by ``lock_ttl``; False when its term is no longer live, or
+        when, holding the lease without the advisory lock, a replica of the release before
+        leases took that lock meanwhile (it leads: this one steps down)."""
+        if not lease.advisory and await self.older_leader(job, connect=False):
+            log.warning("lease_yielded_to_older_release", job=job.name)
+            return False
         row = await self.fetch("lease_renew", {"job": job.name, "term": lease.term,
                                                "ttl": job.lock_ttl}, limit, connect=False)
         return row is not None

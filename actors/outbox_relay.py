@@ -34,6 +34,7 @@ complete (after a hard stop they too are sent again).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -82,6 +83,9 @@ class RelayCounts:
         self.published += other.published
         self.failed += other.failed
         self.duration_ms += other.duration_ms
+
+
+RETENTION_BATCHES = 20  # retention batches per cycle at most
 
 
 @attrs.frozen
@@ -154,8 +158,14 @@ async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
         finally:
             _report_health(job.state)
     if trio.current_time() >= job.state.retention_due_at:
-        job.state.retention_due_at = trio.current_time() + job.retention_every
-        await apply_retention(job)
+        if not job.cfg.retention_enabled:  # the messenger owns its outbox's retention
+            job.state.retention_due_at = math.inf
+        else:
+            job.state.retention_due_at = trio.current_time() + job.retention_every
+            if await apply_retention(job) >= RETENTION_BATCHES * job.retention_batch:
+                # a backlog past retention: the next cycle goes on with it, so deletes keep
+                # up with any insert rate the relay itself keeps up with
+                job.state.retention_due_at = trio.current_time()
     return counts
 
 
@@ -212,7 +222,7 @@ def purge_dead_letters(conn: psycopg.Connection, retention: float, limit: int) -
         "retention": retention, "limit": limit}).fetchall()]
 
 
-async def apply_retention(job: RelayJob, max_batches: int = 20) -> int:
+async def apply_retention(job: RelayJob, max_batches: int = RETENTION_BATCHES) -> int:
     """Delete published rows older than ``outbox_relay.retention``, and dead letters older
     than ``outbox_relay.dead_letter_retention`` with their rows, a small batch per
     transaction (short locks, bounded WAL), at most *max_batches* of each per call."""

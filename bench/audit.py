@@ -38,7 +38,7 @@ from actors.invariants import Thresholds
 from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
 from supervision.config import config_from_dict
 from supervision.dev.stack import PostgresServer
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from supervision.queries import QUERIES
 
 SEED = """
@@ -139,7 +139,7 @@ def main() -> None:
     server = PostgresServer(base)
     try:
         server.start()
-        migrate(server.dsn)
+        install_demo(server.dsn)
         took = seed(server.dsn, args.recordings)
         print(f"seeded {args.recordings} recordings in {took:.0f}s")
         cfg = config_from_dict({"postgres": {"dsn": server.dsn}})

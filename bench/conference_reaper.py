@@ -54,7 +54,7 @@ from supervision.config import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -230,7 +230,7 @@ def main() -> None:
     server = PostgresServer(base_dir)
     try:
         server.start()
-        migrate(server.dsn)
+        install_demo(server.dsn)
         # the stand-in in a process of its own, as the media stack would be (in this one
         # its HTTP threads would compete with the cycle for the GIL)
         with subprocess.Popen([sys.executable, "-m", "tests.media_stub"], cwd=ROOT,

@@ -68,7 +68,7 @@ from supervision.dev.stack import (  # noqa: E402
     start_all,
     stop_all,
 )
-from supervision.migrate import migrate  # noqa: E402
+from supervision.migrate import install_demo  # noqa: E402
 from tests.messenger import PREFIX  # noqa: E402
 
 WORKER = "actors.s3.worker"
@@ -242,7 +242,7 @@ def main() -> None:
     daemons: list[Daemon] = []
     try:
         start_all([pg, s3, kafka])
-        migrate(pg.dsn)
+        install_demo(pg.dsn)
         s3.create_bucket(BUCKET)
         rows = args.rows
         present = [f"{PREFIX}{rid('m', n)}" for n in range(rows) if kind(n) == "present"]

@@ -81,7 +81,7 @@ from bench.recording_finalize import (
 from supervision.config import Config
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.messenger import PREFIX
 
 COMMITTERS = 2
@@ -370,7 +370,7 @@ def main() -> None:
     pg, s3 = PostgresServer(base_dir), S3Server(base_dir)
     try:
         start_all([pg, s3])
-        migrate(pg.dsn)
+        install_demo(pg.dsn)
         s3.create_bucket(BUCKET)
         base = make_config(pg.dsn, s3)
         settings = [(c, lat, jit) for lat, jit in zip(args.latency, args.jitter, strict=True)

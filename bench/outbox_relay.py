@@ -92,7 +92,7 @@ from supervision.bridge import run_asyncio
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.messenger import read_topic
 
 EVENT_TYPE = "CallRecordingAvailable"
@@ -467,7 +467,7 @@ def _listening(dsn: str) -> bool:
 
 def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
         base_dir: Path) -> None:
-    migrate(pg.dsn)
+    install_demo(pg.dsn)
     cfg = make_config(pg.dsn, kafka)
     tag = uuid.uuid4().hex[:8]
     work = Workload(args.rows, args.keys)

@@ -45,7 +45,7 @@ from supervision.app.daemon import run_once
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.tls_terminator import make_pki, open_tls_kafka
 
 
@@ -87,7 +87,7 @@ def drain(cfg: Config, work: Workload, topic: str, partitions: int) -> float:
 
 def run(pg: PostgresServer, plain: KafkaServer, base_dir: Path,
         args: argparse.Namespace) -> None:
-    migrate(pg.dsn)
+    install_demo(pg.dsn)
     pki = make_pki(base_dir / "pki")
     with open_tls_kafka(base_dir / "tls", pki) as tls:
         configs = {

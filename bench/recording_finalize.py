@@ -100,7 +100,7 @@ from supervision.app.resources import POOL_SIZE
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from supervision.queries import QUERIES
 from tests.messenger import PREFIX
 
@@ -511,7 +511,7 @@ def profile(cfg: Config, rows: int, base_dir: Path, which: str, tag: str) -> lis
 def run(server: PostgresServer, s3: S3Server, rows: int, rounds: int, base_dir: Path,
         profiles: list[str]) -> None:
     dsn = server.dsn
-    migrate(dsn)
+    install_demo(dsn)
     s3.create_bucket(BUCKET)
     cfg = make_config(dsn, s3)
     present = [f"{PREFIX}{rid('m', n)}" for n in range(rows) if kind(n) == "present"]

@@ -33,7 +33,7 @@ import recording_finalize as rf
 from supervision.config import Config
 from supervision.dev.stack import PostgresServer
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.messenger import PREFIX
 from tests.secure_s3 import SecureS3, open_secure_s3
 
@@ -47,7 +47,7 @@ def drain_rate(cfg: Config, dsn: str, rows: int, tag: str) -> float:
 
 def run(pg: PostgresServer, s3: SecureS3, rows: int, rounds: int) -> None:
     dsn = pg.dsn
-    migrate(dsn)
+    install_demo(dsn)
     s3.server.create_bucket(rf.BUCKET)
     plain = rf.make_config(dsn, s3.server)
     tls = attrs.evolve(plain, s3=attrs.evolve(plain.s3, endpoint_url=s3.https_url,

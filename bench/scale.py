@@ -73,7 +73,7 @@ from supervision.config import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from supervision.queries import QUERIES
 from tests.chaos.daemon import Daemon, daemon_config
 from tests.messenger import PREFIX
@@ -402,7 +402,7 @@ def main() -> None:
     pg, s3 = PostgresServer(tmp), S3Server(tmp)
     try:
         start_all([pg, s3])
-        migrate(pg.dsn)
+        install_demo(pg.dsn)
         s3.create_bucket(BUCKET)
         print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; rows {args.rows},"
               f" small {args.small}, drain {args.drain or args.rows}", flush=True)

@@ -491,6 +491,14 @@ class OutboxRelayConfig:
         604800.0, "Published rows older than this are deleted.", duration=True,
         checks=[_positive], maximum=365 * DAY,
     )
+    retention_enabled: bool = _setting(
+        True, "Delete published rows older than retention (through the ix_outbox_published "
+        "index); false when the messenger owns its outbox's retention.")
+    wakeup: str = _setting(
+        "notify", "How relays learn of new outbox rows: `notify` (`safetynet migrate` "
+        "installs a statement-level NOTIFY trigger on messenger.integration_outbox, polling "
+        "stays the fallback) or `poll` (no trigger on the messenger's table: migrate drops "
+        "it; rows wait up to poll_interval).", checks=[_one_of("notify", "poll")])
     lock_ttl: float = _setting(
         60.0, "TTL of the relay's lease (renewed every lock_ttl/4 while a cycle runs; a "
         "frozen leader is replaced this long after its last renewal). A relay cycle runs "

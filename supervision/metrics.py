@@ -53,6 +53,15 @@ FENCED_WRITES = Counter(
 JOB_PAUSED = Gauge(
     "safetynet_job_paused", "1 while the job is paused (`safetynet pause`): no replica "
     "takes its lease or runs its cycles until `safetynet resume`.", ["job"])
+SCHEMA_AHEAD = Gauge(
+    "safetynet_schema_migrations_ahead", "Migrations in the database's ledger this build does "
+    "not know (a newer release migrated it): it runs, expand/contract keeps it working.")
+SCHEMA_MISSING_INDEXES = Gauge(
+    "safetynet_schema_missing_indexes", "Recommended messenger indexes with no VALID "
+    "equivalent (`safetynet check-schema` prints the DDL): queries work, slower.")
+SCHEMA_BROKEN = Gauge(
+    "safetynet_schema_contract_broken", "1 while the job's messenger columns break the "
+    "contract (`safetynet check-schema`): the job does not run.", ["job"])
 CONFIG_FAULT = Gauge(
     "safetynet_config_fault", "1 while a dependency is misconfigured (readiness is 503).",
     ["component"])

@@ -16,7 +16,7 @@ from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
 from supervision.health import HEALTH, RootState
 from supervision.logs import configure_logging
 from supervision.metrics import LEADER_GAUGES
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.logscan import KNOWN_SECRETS, leaks
 
 pytest_plugins = ["tests.pki", "tests.stack_fixtures"]
@@ -55,7 +55,7 @@ def template_db(pg_server: PostgresServer) -> str:
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE_DB)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
-    migrate(pg_server.dsn_for(TEMPLATE_DB))
+    install_demo(pg_server.dsn_for(TEMPLATE_DB))
     return TEMPLATE_DB
 
 

@@ -14,6 +14,7 @@ from actors.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_lo
 from actors.outbox_relay import run_relay_until_drained
 from supervision.app.reload import reloader
 from supervision.app.resources import open_resource_set
+from supervision.app.schema_gate import check_job, schema_gate
 from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
 from supervision.config import Config
 from supervision.errors import InfrastructureError
@@ -57,9 +58,13 @@ async def run_daemon(cfg: Config, load: Callable[[], Config] | None = None) -> i
                         reopened = await shared.apply(new)
                         if reopened:
                             log.info("resources_reopened", resources=list(reopened))
-                        return build_tree(shared.resources(new))
+                        res = shared.resources(new)
+                        verdict = await schema_gate(res.db)
+                        return build_tree(res, excluded=verdict.excluded())
                     return successor
-            return await serve_root(build_tree(shared.resources(cfg)),
+            res = shared.resources(cfg)
+            verdict = await schema_gate(res.db)
+            return await serve_root(build_tree(res, excluded=verdict.excluded()),
                                     cfg.supervision.shutdown_grace, reload)
 
 
@@ -68,6 +73,7 @@ async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:
 
     For the outbox relay, cycles repeat until nothing publishable is left."""
     async with open_resources(cfg) as res:
+        await check_job(res.db, job_name)
         lock = LockConnection(conninfo(cfg.postgres, "safetynet-lock"),
                               client_deadline(cfg.postgres))
         try:

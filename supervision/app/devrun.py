@@ -48,7 +48,7 @@ from supervision.config import Config, load_config
 from supervision.dev.proxy import OutageProxy
 from supervision.dev.stack import DevStack, free_ports, open_dev_stack
 from supervision.logs import configure_logging
-from supervision.migrate import migrate
+from supervision.migrate import install_demo, migrate
 from supervision.queries import QUERIES
 from supervision.secrets import redact_dsn
 
@@ -93,12 +93,18 @@ def snapshot() -> dict[str, float]:
 
 
 def prepare(stack: DevStack) -> None:
-    """Create the database and the bucket, then migrate."""
+    """Create the database (with the messenger fixture's tables) and the bucket, then
+    migrate."""
     assert stack.postgres is not None and stack.s3 is not None
     with psycopg.connect(stack.postgres.dsn, autocommit=True) as conn:
-        if not conn.execute(QUERIES["database_exists"], {"name": DATABASE}).fetchone():
+        created = not conn.execute(QUERIES["database_exists"], {"name": DATABASE}).fetchone()
+        if created:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
-    migrate(stack.postgres.dsn_for(DATABASE))
+    dsn = stack.postgres.dsn_for(DATABASE)
+    if created:
+        install_demo(dsn)
+    else:
+        migrate(dsn)
     stack.s3.create_bucket(BUCKET)
 
 

@@ -7,7 +7,7 @@
     │       ├── gauge-refresher             permanent   backlog gauges from cheap queries
     │       └── auditor                     permanent   SQL invariants every audit.interval
     ├── outbox                              rest_for_one
-    │   ├── outbox-listener                 permanent   LISTEN → wake the relay
+    │   ├── outbox-listener                 permanent   LISTEN → wake the relay (wakeup=notify)
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
     ├── jobs                                one_for_one
     │   ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
@@ -82,8 +82,15 @@ def relay_job(res: Resources) -> RelayJob:
                     max_run_duration=res.cfg.outbox_relay.lock_ttl / 2)
 
 
-def locked_jobs(res: Resources, include_disabled: bool = False) -> list[LockedJob[Any]]:
-    """The enabled periodic jobs, each with its interval, lock TTL and cycle."""
+def locked_jobs(res: Resources, include_disabled: bool = False,
+                excluded: frozenset[str] = frozenset()) -> list[LockedJob[Any]]:
+    """The enabled periodic jobs, each with its interval, lock TTL and cycle; *excluded*
+    (jobs whose messenger contract is broken, :mod:`supervision.app.schema_gate`) left out."""
+    jobs = _locked_jobs(res, include_disabled)
+    return [job for job in jobs if job.name not in excluded]
+
+
+def _locked_jobs(res: Resources, include_disabled: bool) -> list[LockedJob[Any]]:
     jobs: list[LockedJob[Any]] = []
     rf = res.cfg.jobs.recording_finalize
     if rf.enabled or include_disabled:
@@ -117,7 +124,7 @@ def ping(conn: psycopg.Connection) -> None:
     conn.execute(QUERIES["db_ping"])
 
 
-def build_tree(res: Resources) -> SupervisorSpec:
+def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> SupervisorSpec:
     sup = res.cfg.supervision
     intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
                           backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
@@ -149,12 +156,15 @@ def build_tree(res: Resources) -> SupervisorSpec:
                           partial(serve_supervisor, scan_tree), deadline=deadline),
                   Restart.PERMANENT, shutdown=2.0),
     ]
-    if res.cfg.outbox_relay.enabled:
+    if res.cfg.outbox_relay.enabled and "outbox-relay" not in excluded:
+        # wakeup = "poll": migrate installed no NOTIFY trigger, so nothing to LISTEN for
+        listener = [ChildSpec("outbox-listener", partial(
+            serve_outbox_listener, listen_dsn, res.wakeup, deadline=deadline,
+            min_interval=res.cfg.outbox_relay.notify_min_interval),
+                              Restart.PERMANENT, shutdown=grace)
+                    ] if res.cfg.outbox_relay.wakeup == "notify" else []
         outbox = SupervisorSpec("outbox", [
-            ChildSpec("outbox-listener", partial(
-                serve_outbox_listener, listen_dsn, res.wakeup, deadline=deadline,
-                min_interval=res.cfg.outbox_relay.notify_min_interval),
-                      Restart.PERMANENT, shutdown=grace),
+            *listener,
             ChildSpec("lock-keeper:outbox-relay",
                       partial(serve_lock_keeper, relay_locked_job(res), lock_dsn,
                               deadline=deadline),
@@ -167,7 +177,7 @@ def build_tree(res: Resources) -> SupervisorSpec:
         [ChildSpec(f"lock-keeper:{job.name}",
                    partial(serve_lock_keeper, job, lock_dsn, deadline=deadline),
                    Restart.PERMANENT, shutdown=grace)
-         for job in locked_jobs(res)],
+         for job in locked_jobs(res, excluded=excluded)],
         Strategy.ONE_FOR_ONE, intensity,
     )
     children.append(ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,

@@ -23,7 +23,7 @@ from supervision.app.pauses import pause_job, resume_job
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer
 from supervision.metrics import JOB_PAUSED, LOCK_HELD
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from supervision.queries import QUERIES
 from tests.waiting import wait_until
 
@@ -178,7 +178,7 @@ async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
     base = Path(tempfile.mkdtemp(prefix="safetynet-outage-"))
     server = PostgresServer(base)
     await trio.to_thread.run_sync(server.start)
-    await trio.to_thread.run_sync(migrate, server.dsn)  # the leases table
+    await trio.to_thread.run_sync(install_demo, server.dsn)  # the leases table
     runs: list[str] = []
     try:
         async with open_database(server.dsn, size=1, connect_timeout=1) as db:

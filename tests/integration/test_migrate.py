@@ -1,7 +1,10 @@
-"""`safetynet migrate` creates SPEC §2 exactly, checked from the catalog, and is idempotent."""
+"""The messenger fixture plus `safetynet migrate` give SPEC §2 exactly (checked from the
+catalog); migrate owns only the safetynet schema and its indexes, online and idempotent."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +13,17 @@ import psycopg
 import pytest
 
 from supervision.errors import MigrationError
-from supervision.migrate import migrate, migrations
+from supervision.migrate import (
+    LEGACY_CHECKSUMS,
+    Options,
+    apply_messenger_fixture,
+    install_demo,
+    migrate,
+    migrations,
+    print_sql,
+)
+from supervision.queries import QUERIES
+from supervision.schema_contract import INDEXES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,6 +147,9 @@ EXPECTED_INDEXES = {
     "ix_recording_session": ("call_recordings", False, ["session_kind", "session_id"], None),
     # the console's search by file id (migration 0012)
     "ix_recording_file_id": ("call_recordings", False, ["file_id"], "(file_id IS NOT NULL)"),
+    # outbox retention's deletes (issue 28)
+    "ix_outbox_published": ("integration_outbox", False, ["published_at"],
+                            "(published_at IS NOT NULL)"),
 }
 
 PRIMARY_KEYS = {
@@ -174,7 +190,7 @@ def catalog(dsn: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]
 
 def test_migrate_creates_every_table_and_column_of_spec(empty_db_dsn: str) -> None:
     """Tables, column order, types, nullability and defaults equal SPEC §2."""
-    migrate(empty_db_dsn)
+    install_demo(empty_db_dsn)
     columns, _ = catalog(empty_db_dsn)
     found: dict[str, list[tuple[str, str, bool, str | None]]] = {}
     identity: dict[str, str] = {}
@@ -189,7 +205,7 @@ def test_migrate_creates_every_table_and_column_of_spec(empty_db_dsn: str) -> No
 
 def test_migrate_creates_every_index_with_its_predicate(empty_db_dsn: str) -> None:
     """Named indexes, uniqueness, columns and partial-index predicates equal SPEC §2."""
-    migrate(empty_db_dsn)
+    install_demo(empty_db_dsn)
     _, indexes = catalog(empty_db_dsn)
     named = {str(name): (str(table), bool(unique), list(cols), pred)  # type: ignore[call-overload]
              for name, table, unique, primary, cols, pred in indexes if not primary}
@@ -201,7 +217,7 @@ def test_migrate_creates_every_index_with_its_predicate(empty_db_dsn: str) -> No
 
 def test_migrate_adds_attempts_check_and_participants_foreign_key(empty_db_dsn: str) -> None:
     """attempts >= 0 is enforced and participants reference their conference."""
-    migrate(empty_db_dsn)
+    install_demo(empty_db_dsn)
     with psycopg.connect(empty_db_dsn) as conn:
         checks = conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
@@ -217,17 +233,18 @@ def test_migrate_adds_attempts_check_and_participants_foreign_key(empty_db_dsn: 
 
 def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
     """A second run applies nothing and leaves the catalog unchanged."""
-    first = migrate(empty_db_dsn)
+    first = install_demo(empty_db_dsn)
     before = catalog(empty_db_dsn)
     second = migrate(empty_db_dsn)
-    assert [m.version for m in first] == [m.version for m in migrations()]
+    assert [s.migration.version for s in first if s.migration] == [
+        m.version for m in migrations()]
     assert second == []
     assert catalog(empty_db_dsn) == before
 
 
 def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
     """Bookkeeping lives in the safetynet schema, not among the contract's tables."""
-    migrate(empty_db_dsn)
+    install_demo(empty_db_dsn)
     with psycopg.connect(empty_db_dsn) as conn:
         tables = conn.execute(
             "SELECT table_schema, table_name FROM information_schema.tables "
@@ -242,7 +259,7 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
 
 def test_edited_migration_is_refused(empty_db_dsn: str) -> None:
     """A migration whose file changed after it was applied stops migrate with a clear error."""
-    migrate(empty_db_dsn)
+    install_demo(empty_db_dsn)
     with psycopg.connect(empty_db_dsn) as conn:
         conn.execute("UPDATE safetynet.schema_migrations SET checksum = 'x' WHERE version = 1")
     with pytest.raises(MigrationError, match="changed after it was applied"):
@@ -253,13 +270,22 @@ def test_migrate_command_applies_then_reports_up_to_date(empty_db_dsn: str) -> N
     """The CLI verb migrates, exits 0, and says so; the second run is a no-op."""
     env = {"SAFETYNET__POSTGRES__DSN": empty_db_dsn, "PATH": "/usr/bin:/bin"}
     cmd = [sys.executable, "-m", "supervision.app", "migrate"]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    first = subprocess.run([*cmd, "--messenger-fixture"], capture_output=True, text=True,
+                           env=env, cwd=ROOT, check=False)
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     assert first.returncode == 0, first.stderr
     names = [f"{m.version:04d}_{m.name}" for m in migrations()]
     assert names[:5] == ["0001_messenger_schema", "0002_outbox_relay",
                          "0003_conference_poison", "0004_finalize_classify", "0005_leases"]
-    assert first.stdout.splitlines() == [f"applied {name}" for name in names]
+    lines = first.stdout.splitlines()
+    assert lines[0] == "created the messenger fixture's tables"
+    assert lines[1:len(names) + 1] == [f"applied {name}" for name in names]
+    # the messenger side: the indexes the fixture (SPEC §2) lacks, and the NOTIFY trigger
+    fixture = (ROOT / "supervision" / "dev" / "messenger_fixture.sql").read_text()
+    built = [i.name for i in INDEXES if not i.required and f" {i.name} " not in fixture]
+    assert "ix_outbox_published" in built and "ix_conf_active" not in built
+    assert lines[len(names) + 1:] == [f"applied index {name}" for name in built] + [
+        "applied trigger trg_integration_outbox_notify"]
     assert (second.returncode, second.stdout.strip()) == (0, "schema is up to date")
 
 
@@ -272,3 +298,160 @@ def test_migrate_against_unreachable_server_exits_1_without_traceback() -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: migration failed: OperationalError")
     assert "Traceback" not in proc.stderr and "pw" not in proc.stderr.replace("password", "")
+
+
+def test_migrate_refuses_a_database_without_the_messenger_tables(empty_db_dsn: str) -> None:
+    """migrate never creates a messenger table: on an empty database it says what to do."""
+    with pytest.raises(MigrationError, match=r"messenger tables missing: messenger\.recording_fin"):
+        migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace('messenger')").fetchone() == (None,)
+
+
+def test_messenger_fixture_refuses_when_messenger_tables_exist(empty_db_dsn: str) -> None:
+    """The fixture is for empty databases: one existing messenger table stops it."""
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA messenger")
+        conn.execute("CREATE TABLE messenger.call_sessions (id uuid PRIMARY KEY, x int)")
+    with pytest.raises(MigrationError, match="messenger tables exist already: call_sessions"):
+        apply_messenger_fixture(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn) as conn:
+        assert conn.execute("SELECT to_regclass('messenger.call_recordings')").fetchone() == (
+            None,)
+
+
+def test_database_of_an_earlier_release_upgrades_without_a_manual_step(
+        empty_db_dsn: str) -> None:
+    """A ledger holding 0001-0010 under the checksums earlier releases applied (the
+    messenger tables were then migration 0001) is accepted: nothing re-runs, nothing is
+    refused, and only the indexes it lacks are built."""
+    install_demo(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        for version, sums in LEGACY_CHECKSUMS.items():
+            conn.execute("UPDATE safetynet.schema_migrations SET checksum = %s "
+                         "WHERE version = %s", (next(iter(sums)), version))
+        conn.execute("DROP INDEX messenger.ix_outbox_published")  # not in that release
+    steps = migrate(empty_db_dsn)
+    assert [s.label for s in steps] == ["index ix_outbox_published"]
+
+
+def index_names(dsn: str, table: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        return [str(r[0]) for r in conn.execute(
+            "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid "
+            "WHERE x.indrelid = %s::regclass AND x.indisvalid ORDER BY 1",
+            (f"messenger.{table}",)).fetchall()]
+
+
+def test_equivalent_index_under_another_name_is_reused_not_duplicated(
+        empty_db_dsn: str) -> None:
+    """The messenger's own index with safetynet's definition (any name, text casts) serves:
+    migrate builds no second one."""
+    apply_messenger_fixture(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute('CREATE INDEX "IX_call_recordings_session_kind_session_id" '
+                     "ON messenger.call_recordings (session_kind, session_id)")
+        conn.execute('CREATE INDEX "IX_terminal" ON messenger.call_recordings (updated_at) '
+                     "WHERE status::text IN ('Available', 'Failed')")
+    labels = [s.label for s in migrate(empty_db_dsn)]
+    assert "index ix_recording_session" not in labels
+    assert "index ix_recording_terminal_updated" not in labels
+    names = index_names(empty_db_dsn, "call_recordings")
+    assert "IX_call_recordings_session_kind_session_id" in names
+    assert "ix_recording_session" not in names
+    assert "ix_recording_terminal_updated" not in names
+
+
+def test_invalid_leftover_index_is_dropped_and_built_again(db_dsn: str) -> None:
+    """An INVALID index under safetynet's name (a cancelled CONCURRENTLY build) is not
+    taken as done: migrate drops it concurrently and builds it again, VALID."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pg_index SET indisvalid = false "
+                     "WHERE indexrelid = 'messenger.ix_recording_session'::regclass")
+    assert "ix_recording_session" not in index_names(db_dsn, "call_recordings")
+    script = print_sql(db_dsn)
+    assert ("DROP INDEX CONCURRENTLY IF EXISTS messenger.ix_recording_session;\n" in script)
+    labels = [s.label for s in migrate(db_dsn)]
+    assert labels == ["rebuild INVALID ix_recording_session", "index ix_recording_session"]
+    assert "ix_recording_session" in index_names(db_dsn, "call_recordings")
+
+
+def test_print_sql_shows_exactly_what_would_run_and_runs_nothing(empty_db_dsn: str) -> None:
+    """--print-sql lists each pending step with its lock_timeout (index builds
+    CONCURRENTLY); the database is untouched; after migrate it prints nothing."""
+    apply_messenger_fixture(empty_db_dsn)
+    script = print_sql(empty_db_dsn)
+    assert ("CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_outbox_published ON "
+            "messenger.integration_outbox") in script
+    assert "SET LOCAL lock_timeout = '500ms';" in script
+    assert script.count("BEGIN;") == len(migrations())
+    assert "CREATE TABLE messenger" not in script and "ALTER TABLE messenger" not in script
+    with psycopg.connect(empty_db_dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace('safetynet')").fetchone() == (None,)
+    migrate(empty_db_dsn)
+    assert print_sql(empty_db_dsn) == ""
+
+
+def test_safetynet_only_leaves_the_messenger_tables_untouched(empty_db_dsn: str) -> None:
+    """--safetynet-only applies the ledger and builds no index or trigger on a messenger
+    table; poll mode drops the NOTIFY trigger."""
+    apply_messenger_fixture(empty_db_dsn)
+    before = catalog(empty_db_dsn)
+    steps = migrate(empty_db_dsn, Options(safetynet_only=True))
+    assert all(s.migration is not None for s in steps)
+    assert catalog(empty_db_dsn) == before
+    migrate(empty_db_dsn)
+    assert [s.label for s in migrate(empty_db_dsn, Options(notify_trigger=False))] == [
+        "drop trigger trg_integration_outbox_notify (wakeup = poll)"]
+
+
+BEFORE_ISSUE_28 = "ec9d3a7"  # the last commit whose migrations 0001-0010 held messenger DDL
+
+
+def test_database_migrated_by_the_release_before_upgrades_in_place(
+        empty_db_dsn: str) -> None:
+    """A database built by the previous release's own files 0001-0010 (read from git, each
+    applied with its ledger row and checksum as that migrate did) upgrades with no manual
+    step: no ledger migration re-runs, no index is duplicated, only retention's new index
+    is built, and check-schema finds it compatible."""
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "cat-file", "-e", f"{BEFORE_ISSUE_28}^{{commit}}"], cwd=ROOT,
+            capture_output=True, check=False).returncode != 0:
+        pytest.skip(f"git or commit {BEFORE_ISSUE_28} is not available (a shallow clone)")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(QUERIES["schema_migrations_create"])
+        for m in migrations()[:10]:
+            old = subprocess.run(
+                ["git", "show", f"{BEFORE_ISSUE_28}:supervision/sql/migrations/{m.label}.sql"],
+                cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            with conn.transaction():
+                conn.execute(old)  # type: ignore[call-overload]
+                conn.execute(QUERIES["schema_migrations_insert"],
+                             {"version": m.version, "name": m.name,
+                              "checksum": hashlib.sha256(old.encode()).hexdigest()})
+    before = {name for name, *_ in catalog(empty_db_dsn)[1]}
+    steps = migrate(empty_db_dsn)
+    assert [s.label for s in steps if s.migration is None] == ["index ix_outbox_published"]
+    assert all(s.migration.version > 10 for s in steps if s.migration is not None)
+    after = {name for name, *_ in catalog(empty_db_dsn)[1]}
+    assert after - before == {"ix_outbox_published"}
+    assert check_schema_lines(empty_db_dsn) == []
+
+
+def check_schema_lines(dsn: str) -> list[str]:
+    from supervision.migrate import schema_report
+
+    return schema_report(dsn).lines()
+
+
+def test_grant_to_an_unknown_role_is_one_clear_line(empty_db_dsn: str, tmp_path: Path) -> None:
+    """`migrate --grant-to` a role that does not exist: exit 1 saying to create it first."""
+    install_demo(empty_db_dsn)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[postgres]\ndsn = "{empty_db_dsn}"\n')
+    proc = subprocess.run([sys.executable, "-m", "supervision.app", "migrate", "--grant-to",
+                           "nobody_here", "-c", str(config)], capture_output=True, text=True,
+                          cwd=ROOT, check=False, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("error: role 'nobody_here' does not exist; create it first "
+                                   "(docs/operations.md)")

@@ -21,7 +21,7 @@ from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from supervision.database import open_database
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
 from supervision.health import HEALTH
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.messenger import insert_call_session, insert_recording, upload_recording
 from tests.waiting import wait_until
 
@@ -130,7 +130,7 @@ async def test_readyz_follows_postgres_down_and_back() -> None:
     server = PostgresServer(base)
     await trio.to_thread.run_sync(server.start)
     try:
-        await trio.to_thread.run_sync(migrate, server.dsn)
+        await trio.to_thread.run_sync(install_demo, server.dsn)
         async with open_database(server.dsn, size=1, connect_timeout=1) as db, \
                 trio.open_nursery() as nursery:
             readiness = Readiness(lambda: db.run(lambda c: c.execute("SELECT 1")), cache_s=0)

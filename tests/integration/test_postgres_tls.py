@@ -19,7 +19,7 @@ from psycopg import sql
 
 from actors.outbox_listener import APPLICATION_NAME as LISTEN_NAME
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from tests.pki import PrivateCa
 from tests.waiting import wait_until
 
@@ -38,7 +38,7 @@ def tls_db(tls_pg_server: PostgresServer, private_ca: PrivateCa) -> Iterator[str
     admin = verify_full(tls_pg_server.dsn, private_ca)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    migrate(verify_full(tls_pg_server.dsn_for(name), private_ca))
+    install_demo(verify_full(tls_pg_server.dsn_for(name), private_ca))
     try:
         yield name
     finally:

@@ -167,11 +167,15 @@ def test_second_sigterm_stops_at_once_and_still_leaves_nothing_half_done(
 
 
 def test_actor_crashing_on_every_start_escalates_and_exits_1(
-        empty_db_dsn: str, s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
-    """A database without the schema makes the job fail every cycle: after max_restarts
-    the root gives up with exit 1 and a log line naming the actor and its last error."""
+        db_dsn: str, s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    """safetynet's tables gone behind a ledger that says migrated (a pending migration is
+    refused at start instead: test_install) make the job fail every cycle: after
+    max_restarts the root gives up with exit 1 and a log line naming the actor and its
+    last error."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE safetynet.job_pauses, safetynet.leases CASCADE")
     log = tmp_path / "daemon.log"
-    config = write_config(tmp_path / "c.toml", empty_db_dsn, s3_server, bucket,
+    config = write_config(tmp_path / "c.toml", db_dsn, s3_server, bucket,
                           only_finalize=True, polling_interval="100ms")
     proc = start_daemon(config, log)
     try:

@@ -1,6 +1,9 @@
 -- The outbox relay's own bookkeeping, kept in the safetynet schema (the messenger schema
--- holds exactly SPEC §2), and the NOTIFY that wakes relays when any writer (safetynet or
--- the messenger service) commits outbox rows.
+-- holds exactly SPEC §2), and the function of the NOTIFY that wakes relays when any writer
+-- (safetynet or the messenger service) commits outbox rows. The trigger that calls it, on
+-- the messenger's table, is not a ledger migration since issue 28: `safetynet migrate`
+-- installs it (or drops it, with [postgres] wakeup = "poll") under a short lock_timeout,
+-- retried (supervision/migrate.py); a database migrated before keeps the old checksum.
 CREATE TABLE safetynet.outbox_dead_letters (
     outbox_id bigint PRIMARY KEY,
     topic text NOT NULL,
@@ -20,7 +23,3 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-
-CREATE TRIGGER trg_integration_outbox_notify
-    AFTER INSERT ON messenger.integration_outbox
-    FOR EACH STATEMENT EXECUTE FUNCTION safetynet.notify_outbox();

@@ -164,11 +164,7 @@ CREATE INDEX ix_dead_letters_blocking ON safetynet.outbox_dead_letters (topic, m
     WHERE blocks_key;
 CREATE INDEX ix_dead_letters_created ON safetynet.outbox_dead_letters (created_at, outbox_id);
 
--- The relay's path: unpublished rows that are not dead letters (outbox_claim_batch,
--- outbox_has_publishable, outbox_stats repeat this predicate word for word, so the
--- planner can use it). A messenger table: kept as a statement of its own, with IF NOT
--- EXISTS, so on a large table an operator may build it first with
---   CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_outbox_live ... (the same definition)
--- and this migration then leaves it as it is (docs/operations.md).
-CREATE INDEX IF NOT EXISTS ix_outbox_live ON messenger.integration_outbox (id)
-    WHERE published_at IS NULL AND (last_error IS NULL OR NOT last_error ^@ 'dead-letter:');
+-- The relay's path, unpublished rows that are not dead letters, is the messenger-side
+-- index ix_outbox_live: like every index on a messenger table it is declared in
+-- supervision/schema_contract.py (INDEXES) and built by `safetynet migrate` with
+-- CREATE INDEX CONCURRENTLY outside any transaction, never by a ledger migration.

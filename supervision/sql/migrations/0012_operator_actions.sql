@@ -7,13 +7,13 @@
 CREATE TABLE safetynet.operator_actions (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at timestamptz NOT NULL DEFAULT now(),
-    actor varchar(256) NOT NULL,               -- the OS user (cli), the login (console)
+    actor text CHECK (char_length(actor) <= 256) NOT NULL,  -- the OS user (cli), the login (console)
     db_user text NOT NULL DEFAULT session_user, -- the PostgreSQL role that wrote the row
-    origin varchar(16) NOT NULL CHECK (origin IN ('cli', 'console')),
-    client varchar(256) NULL,                  -- the cli's host, the console's client address
-    verb varchar(64) NOT NULL,
+    origin text NOT NULL CHECK (origin IN ('cli', 'console')),
+    client text CHECK (char_length(client) <= 256) NULL,  -- the cli's host, the console's client address
+    verb text CHECK (char_length(verb) <= 64) NOT NULL,
     ids text[] NOT NULL DEFAULT '{}',
-    reason varchar(1024) NULL,
+    reason text CHECK (char_length(reason) <= 1024) NULL,
     result jsonb NOT NULL DEFAULT '{}'::jsonb
 );
 -- history pages newest first, keyset on id; --since on at
@@ -39,6 +39,5 @@ CREATE TRIGGER trg_operator_actions_no_truncate
 -- replaces an expired one.
 ALTER TABLE safetynet.job_pauses ADD COLUMN expires_at timestamptz NULL;
 
--- The console's search by file id (one recording by its object key) without a scan.
-CREATE INDEX IF NOT EXISTS ix_recording_file_id ON messenger.call_recordings (file_id)
-    WHERE file_id IS NOT NULL;
+-- The console's search by file id is served by ix_recording_file_id, a messenger-side
+-- index declared in supervision/schema_contract.py and built CONCURRENTLY by migrate.

@@ -7,12 +7,12 @@
 -- them for this bucket and prefix until accepted_until. Bound to the location it was
 -- given for: a later change of s3.bucket or s3.key_prefix is not covered by it.
 CREATE TABLE safetynet.missing_verdict_acceptances (
-    bucket varchar(256) NOT NULL,
-    key_prefix varchar(1024) NOT NULL,
-    reason varchar(512) NOT NULL,
+    bucket text CHECK (char_length(bucket) <= 256) NOT NULL,
+    key_prefix text CHECK (char_length(key_prefix) <= 1024) NOT NULL,
+    reason text CHECK (char_length(reason) <= 512) NOT NULL,
     accepted_at timestamptz NOT NULL,
     accepted_until timestamptz NOT NULL,
-    accepted_by varchar(256) NOT NULL,
+    accepted_by text CHECK (char_length(accepted_by) <= 256) NOT NULL,
     PRIMARY KEY (bucket, key_prefix),
     CHECK (accepted_until > accepted_at)
 );

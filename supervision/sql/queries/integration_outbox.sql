@@ -113,12 +113,17 @@ marked AS (
 SELECT blocks_key FROM dead;
 
 -- name: outbox_delete_published_before --
--- Retention, in small batches so no long lock or huge WAL burst.
+-- Retention, in small batches so no long lock or huge WAL burst. The oldest published
+-- rows, found through ix_outbox_published (published_at) WHERE published_at IS NOT NULL
+-- (schema_contract.INDEXES): a range of that index, never a scan of the outbox (a
+-- sequential scan per batch capped retention near 67 rows/s at 1M rows). `= ANY(ARRAY(...))`,
+-- not `IN (...)`: the batch's ids are then probed through the primary key, where a semi
+-- join may hash the whole outbox.
 DELETE FROM messenger.integration_outbox
-WHERE id IN (SELECT id FROM messenger.integration_outbox
-             WHERE published_at IS NOT NULL
-               AND published_at < now() - %(retention)s * interval '1 second'
-             ORDER BY id LIMIT %(limit)s);
+WHERE id = ANY (ARRAY(SELECT id FROM messenger.integration_outbox
+                      WHERE published_at IS NOT NULL
+                        AND published_at < now() - %(retention)s * interval '1 second'
+                      ORDER BY published_at LIMIT %(limit)s));
 
 -- name: outbox_stats --
 -- The gauges and `safetynet status`: unpublished rows that are not dead letters (through

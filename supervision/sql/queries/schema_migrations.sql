@@ -22,3 +22,8 @@ SELECT version, name, checksum FROM safetynet.schema_migrations ORDER BY version
 
 -- name: schema_migrations_insert --
 INSERT INTO safetynet.schema_migrations (version, name, checksum) VALUES (%(version)s, %(name)s, %(checksum)s);
+
+-- name: schema_migrations_session_setting --
+-- migrate's per-statement bounds (lock_timeout before each lock-taking statement,
+-- statement_timeout lifted around a concurrent index build); is_local: this transaction only.
+SELECT set_config(%(name)s, %(value)s, %(is_local)s);
