@@ -165,7 +165,7 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
 
 def ledger(conn: psycopg.Connection[Any]) -> dict[int, tuple[str, str]]:
     """version -> (name, checksum) of what the database has applied ({} before any)."""
-    exists = conn.execute("SELECT to_regclass('safetynet.schema_migrations')").fetchone()
+    exists = conn.execute(QUERIES["schema_migrations_ledger_exists"]).fetchone()
     if exists is None or exists[0] is None:
         return {}
     rows = conn.execute(QUERIES["schema_migrations_list"]).fetchall()
@@ -322,14 +322,14 @@ def migrate(dsn: str, options: Options = Options()) -> list[Step]:
                     "messenger tables missing: " + ", ".join(f"messenger.{t}" for t in missing)
                     + "; safetynet installs beside the messenger's schema and never creates "
                     "it (a demo or test database: `safetynet migrate --messenger-fixture`)")
-            conn.execute("SELECT pg_advisory_lock(hashtext('safetynet.migrate'))")
+            conn.execute(QUERIES["schema_migrations_session_lock"])
             try:
                 applied = []
                 for step in plan(conn, options):
                     _run(conn, step, options)
                     applied.append(step)
             finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtext('safetynet.migrate'))")
+                conn.execute(QUERIES["schema_migrations_session_unlock"])
     except psycopg.Error as exc:
         raise MigrationError(f"migration failed: {type(exc).__name__}: {exc}") from exc
     return applied
@@ -415,8 +415,8 @@ def grant_statements(conn: psycopg.Connection[Any], role: str) -> list[psycopg.s
         out.append(sql.SQL("GRANT {} ON messenger.{} TO {}").format(
             sql.SQL(", ").join(sql.SQL(p) for p in privileges), sql.Identifier(table), who))
     for table in contract.SEQUENCE_TABLES:
-        row = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')",
-                           (f"messenger.{table}",)).fetchone()
+        row = conn.execute(QUERIES["schema_migrations_serial_sequence"],
+                           {"table": f"messenger.{table}"}).fetchone()
         if row and row[0]:  # a serial's sequence (an identity column needs no grant)
             out.append(sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(
                 sql.SQL(row[0]), who))
@@ -436,8 +436,8 @@ def grant(dsn: str, role: str) -> list[str]:
     """Grant *role* (which must exist) what the runtime needs; the statements run."""
     try:
         with _connect(dsn) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
-                                  (role,)).fetchone()
+            exists = conn.execute(QUERIES["schema_migrations_role_exists"],
+                                  {"role": role}).fetchone()
             if exists is None:
                 raise MigrationError(f"role {role!r} does not exist; create it first "
                                      "(docs/operations.md)")

@@ -327,8 +327,9 @@ def test_startup_parameter_refusal_is_named_as_a_pooler_problem() -> None:
 def test_connection_budget_per_replica_holds_in_pg_stat_activity(
         db_dsn: str, s3_server: S3Server, kafka_server: KafkaServer, bucket: str,
         tmp_path: Path) -> None:
-    """A replica with every job enabled opens at most POOL_SIZE + 3 lock sessions + 1
-    listener = 10 connections (docs/operations.md, connection budget)."""
+    """A replica with every job enabled opens at most POOL_SIZE + 3 job lock sessions +
+    1 database-scans lock session + 1 listener = 11 connections (docs/operations.md,
+    connection budget)."""
     from supervision.app.resources import POOL_SIZE
 
     port = free_ports(1)[0]
@@ -368,10 +369,10 @@ def test_connection_budget_per_replica_holds_in_pg_stat_activity(
     finally:
         proc.terminate()
         proc.wait(timeout=15)
-    assert seen.get("safetynet-lock") == 3
+    assert seen.get("safetynet-lock") == 3 + 1
     assert seen.get("safetynet-listen") == 1
     assert seen.get("safetynet", 0) <= POOL_SIZE
-    assert peak <= POOL_SIZE + 3 + 1
+    assert peak <= POOL_SIZE + 3 + 1 + 1
 
 
 def test_poll_mode_has_no_trigger_and_no_listener_yet_publishes(

@@ -252,7 +252,8 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
     assert tables == [("messenger", t) for t in sorted(EXPECTED_COLUMNS)] + [
         ("safetynet", "conference_poison"), ("safetynet", "dependency_health"),
         ("safetynet", "finalize_redrives"), ("safetynet", "job_pauses"),
-        ("safetynet", "leases"), ("safetynet", "operator_actions"),
+        ("safetynet", "leases"), ("safetynet", "missing_verdict_acceptances"),
+        ("safetynet", "operator_actions"),
         ("safetynet", "outbox_dead_letters"),
         ("safetynet", "schema_migrations")]
 
@@ -412,8 +413,9 @@ def test_database_migrated_by_the_release_before_upgrades_in_place(
         empty_db_dsn: str) -> None:
     """A database built by the previous release's own files 0001-0010 (read from git, each
     applied with its ledger row and checksum as that migrate did) upgrades with no manual
-    step: no ledger migration re-runs, no index is duplicated, only retention's new index
-    is built, and check-schema finds it compatible."""
+    step: no ledger migration re-runs, no index is duplicated, only the indexes added
+    since (retention's, the relay's live rows, the console's file id) are built, and
+    check-schema finds it compatible."""
     if shutil.which("git") is None or subprocess.run(
             ["git", "cat-file", "-e", f"{BEFORE_ISSUE_28}^{{commit}}"], cwd=ROOT,
             capture_output=True, check=False).returncode != 0:
@@ -431,10 +433,12 @@ def test_database_migrated_by_the_release_before_upgrades_in_place(
                               "checksum": hashlib.sha256(old.encode()).hexdigest()})
     before = {name for name, *_ in catalog(empty_db_dsn)[1]}
     steps = migrate(empty_db_dsn)
-    assert [s.label for s in steps if s.migration is None] == ["index ix_outbox_published"]
+    new_indexes = {"ix_outbox_published", "ix_outbox_live", "ix_recording_file_id"}
+    assert sorted(s.label for s in steps if s.migration is None) == sorted(
+        f"index {name}" for name in new_indexes)
     assert all(s.migration.version > 10 for s in steps if s.migration is not None)
     after = {name for name, *_ in catalog(empty_db_dsn)[1]}
-    assert after - before == {"ix_outbox_published"}
+    assert after - before == new_indexes
     assert check_schema_lines(empty_db_dsn) == []
 
 

@@ -27,3 +27,23 @@ INSERT INTO safetynet.schema_migrations (version, name, checksum) VALUES (%(vers
 -- migrate's per-statement bounds (lock_timeout before each lock-taking statement,
 -- statement_timeout lifted around a concurrent index build); is_local: this transaction only.
 SELECT set_config(%(name)s, %(value)s, %(is_local)s);
+
+-- name: schema_migrations_ledger_exists --
+-- Whether the ledger exists yet (NULL before the first migrate).
+SELECT pg_catalog.to_regclass('safetynet.schema_migrations');
+
+-- name: schema_migrations_session_lock --
+-- One migrate at a time across the whole run (index builds run outside transactions, so
+-- the ledger's transaction-scoped lock does not cover them): a session-level lock.
+SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtext('safetynet.migrate'));
+
+-- name: schema_migrations_session_unlock --
+SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('safetynet.migrate'));
+
+-- name: schema_migrations_serial_sequence --
+-- The sequence behind a messenger table's serial id (NULL for an identity column), which
+-- --grant-to grants USAGE on.
+SELECT pg_catalog.pg_get_serial_sequence(%(table)s, 'id');
+
+-- name: schema_migrations_role_exists --
+SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(role)s;
