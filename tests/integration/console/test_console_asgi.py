@@ -10,11 +10,13 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry, start_http_server
 
 from supervision.app.console.app import build_app
 from supervision.app.console.security import MAX_FAILURES, SESSION_COOKIE, Gate
 from supervision.config import Config
 from supervision.database import open_database
+from supervision.metrics import LastCycles
 from supervision.pgconn import conninfo
 from tests.integration.console.support import (
     SCRIPT,
@@ -350,6 +352,35 @@ async def test_overview_says_when_the_daemon_on_this_host_does_not_answer(
     assert overview.status_code == 200
     assert 'id="daemon-down"' in overview.text and "ConnectError" in overview.text
     assert 'id="verdicts"' in overview.text
+
+
+async def test_overview_shows_each_jobs_last_cycle_from_the_daemons_metrics(
+        db_dsn: str) -> None:
+    """A daemon at http.listen exporting safetynet_last_cycle: the overview shows each
+    job's last cycle with its status, duration and non-zero counts."""
+    cfg = console_config(db_dsn)
+    host, _, port = cfg.http.listen.rpartition(":")
+    registry = CollectorRegistry()
+    cycles = LastCycles()
+    registry.register(cycles)
+    cycles.record("recording-finalize", "ok", {"reconciled": 7, "failed": 2,
+                                               "quarantined": 0, "duration_ms": 340})
+    cycles.record("conference-reaper", "error", {"empty_timeout": 0, "duration_ms": 5})
+    server, thread = start_http_server(int(port), addr=host, registry=registry)
+    try:
+        async for client in client_for(cfg):
+            html = (await client.get("/")).text
+    finally:
+        server.shutdown()
+        thread.join(5)
+    finalize = re.search(r'<tr id="last-cycle-recording-finalize">(.*?)</tr>', html, re.S)
+    assert finalize, html
+    assert "ok, ended" in finalize.group(1) and "340 ms" in finalize.group(1)
+    assert "reconciled 7" in finalize.group(1) and "failed 2" in finalize.group(1)
+    assert "quarantined" not in finalize.group(1)
+    reaper = re.search(r'<tr id="last-cycle-conference-reaper">(.*?)</tr>', html, re.S)
+    assert reaper and "error, ended" in reaper.group(1) and "nothing to do" in reaper.group(1)
+    assert 'id="last-cycle-outbox-relay"' not in html  # no cycle of it yet
 
 
 async def test_pages_say_why_while_postgres_is_down(db_dsn: str) -> None:
