@@ -114,6 +114,28 @@ def test_replay_and_purge_of_dead_letters_record_actor_reason_ids_and_result(
     assert "bo (cli" in history and "purge-dead-letters" in history
 
 
+def test_purge_writes_one_trail_row_per_batch_naming_its_ids(db_dsn: str) -> None:
+    """A purge over more than one batch writes a row per batch transaction with the ids
+    it deleted; the last one (here of none) says it is last and carries the total."""
+    from supervision.app import actions
+    from supervision.app.trail import Actor
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        old = [dead_letter(conn, "kafka:X", key=f"k{i}", days_old=40) for i in range(4)]
+        kept = dead_letter(conn, "kafka:X", key="young")
+        done = actions.purge_dead_letters(conn, Actor.from_os("ana"), 30 * 86400,
+                                          "retention by hand", batch=2)
+        rows = conn.execute("SELECT id, ids, result FROM safetynet.operator_actions"
+                            " ORDER BY id").fetchall()
+        left = conn.execute("SELECT outbox_id FROM safetynet.outbox_dead_letters"
+                            ).fetchall()
+    assert done.purged == 4 and done.trail_ids == [r[0] for r in rows]
+    assert sorted(int(i) for r in rows for i in r[1]) == sorted(old)
+    assert [len(r[1]) for r in rows] == [2, 2, 0]
+    assert [r[2]["last"] for r in rows] == [False, False, True]
+    assert rows[-1][2]["total"] == 4 and left == [(kept,)]
+
+
 def test_trail_rows_cannot_be_updated_deleted_or_truncated(db_dsn: str) -> None:
     """The trigger refuses UPDATE, DELETE and TRUNCATE, even for the table's owner."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
