@@ -9,8 +9,9 @@
 
 Around the body: a ``<job>.cycle`` span carrying the non-zero counts; the elapsed time in
 ``counts.duration_ms`` and the job's duration histogram; the run counter labelled with
-the status; one ``cycle_completed`` log line with the status and the counts (or, with
-``log_if``, only for cycles that did something); then *after* (a gauge refresh), bounded
+the status; the counts as the job's last cycle (``safetynet_last_cycle{job,outcome}``);
+one ``cycle_completed`` log line with the status and the counts (or, with ``log_if``,
+only for cycles that did something); then *after* (a gauge refresh), bounded
 and shielded so that it runs on every exit path and never fails the cycle.
 
 Status: ``ok`` when the body finishes (unless it set another one), ``cancelled`` when a
@@ -32,6 +33,7 @@ import attrs
 import trio
 from prometheus_client import Counter, Histogram
 
+from supervision.metrics import LAST_CYCLES
 from supervision.tracing import span
 
 AFTER_LIMIT_S = 2.0
@@ -92,6 +94,7 @@ async def cycle_frame(
             counts.duration_ms = int(elapsed * 1000)
             figures = counts.as_json()
             cycle_span.set_attributes({k: v for k, v in figures.items() if v})
+            LAST_CYCLES.record(job, str(outcome), figures)
             if runs is not None:
                 runs.labels(status=outcome).inc()
             if duration is not None:

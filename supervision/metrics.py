@@ -8,10 +8,11 @@ the metrics exporter actor; nothing here formats text by hand. prometheus-client
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
@@ -33,7 +34,38 @@ class LeaderGauges(Collector):
         return list(self.registry.collect())
 
 
+class LastCycles(Collector):
+    """Each job's last cycle in this process: its counts (the figures ``run-once`` prints,
+    ``duration_ms`` included) as ``safetynet_last_cycle{job,outcome}``, and when it ended
+    with which status as ``safetynet_last_cycle_end_timestamp_seconds{job,status}``.
+    :func:`actors.cycle_frame.cycle_frame` records them at every cycle end; a cycle
+    replaces its job's previous figures whole, so no count of an older cycle lingers."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[str, float, dict[str, float]]] = {}
+
+    def record(self, job: str, status: str, figures: Mapping[str, object]) -> None:
+        self._last[job] = (status, time.time(), {
+            k: float(v) for k, v in figures.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)})
+
+    def collect(self) -> Iterable[Metric]:
+        counts = GaugeMetricFamily(
+            "safetynet_last_cycle", "The counts of the job's last cycle in this process "
+            "(as run-once prints them).", labels=["job", "outcome"])
+        ended = GaugeMetricFamily(
+            "safetynet_last_cycle_end_timestamp_seconds", "When the job's last cycle in "
+            "this process ended (Unix time), labelled with its status.",
+            labels=["job", "status"])
+        for job, (status, at, figures) in sorted(list(self._last.items())):
+            for outcome, value in figures.items():
+                counts.add_metric([job, outcome], value)
+            ended.add_metric([job, status], at)
+        return [counts, ended]
+
+
 LEADER_GAUGES = LeaderGauges()
+LAST_CYCLES = LastCycles()
 _leader = LEADER_GAUGES.registry
 
 # ---- supervision (SPEC §8)
@@ -187,3 +219,4 @@ NOTIFY_QUEUE_USAGE = Gauge(
     "transaction of the outbox trigger) fails.", registry=_leader)
 
 REGISTRY.register(LEADER_GAUGES)
+REGISTRY.register(LAST_CYCLES)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 import psycopg
@@ -30,22 +30,25 @@ from supervision.app.pauses import Paused, pause_job, resume_job
 from supervision.app.trail import Actor, Verb, record_action
 from supervision.queries import QUERIES
 
+Row = TypeVar("Row", runbook.Requeued | runbook.Released, runbook.Replayed)
+
 
 @attrs.frozen
-class Done:
+class Done(Generic[Row]):
     verb: Verb
-    changed: list[runbook.Requeued | runbook.Released]
+    changed: list[Row]
     skipped: list[str]  # snapshot ids no longer in the state the operator saw
     trail_id: int
 
 
-def _describe(changed: Sequence[runbook.Requeued | runbook.Released]) -> list[dict[str, Any]]:
+def _describe(changed: Sequence[runbook.Requeued | runbook.Released | runbook.Replayed]
+              ) -> list[dict[str, Any]]:
     return [attrs.asdict(row) | {"kind": type(row).__name__.lower()} for row in changed]
 
 
 def requeue(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: str | None,
             *, all_quarantined: bool = False, all_poisoned: bool = False,
-            verb: Verb = Verb.REQUEUE) -> Done:
+            verb: Verb = Verb.REQUEUE) -> Done[runbook.Requeued | runbook.Released]:
     """``safetynet requeue`` / ``safetynet release``: :func:`runbook.requeue` and its trail
     row in one transaction. Unknown ids change nothing, are recorded as refused, and raise
     :class:`runbook.UnknownIds`."""
@@ -65,7 +68,8 @@ def requeue(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: st
 
 
 def requeue_snapshot(conn: psycopg.Connection, who: Actor, attempt_ids: Sequence[str],
-                     reason: str, *, status: str) -> Done:
+                     reason: str, *, status: str
+                     ) -> Done[runbook.Requeued | runbook.Released]:
     """Requeue the finalize rows *attempt_ids* that are still in *status* (the state the
     operator saw); the others are skipped."""
     ids = _uuids(attempt_ids)
@@ -82,7 +86,7 @@ def requeue_snapshot(conn: psycopg.Connection, who: Actor, attempt_ids: Sequence
 
 
 def release_snapshot(conn: psycopg.Connection, who: Actor, conference_ids: Sequence[str],
-                     reason: str) -> Done:
+                     reason: str) -> Done[runbook.Requeued | runbook.Released]:
     """Release the poison conferences *conference_ids* still remembered as poison."""
     ids = _uuids(conference_ids)
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -94,6 +98,67 @@ def release_snapshot(conn: psycopg.Connection, who: Actor, conference_ids: Seque
         trail_id = record_action(conn, who, Verb.RELEASE, still, reason, {
             "changed": len(changed), "rows": _describe(changed), "skipped": skipped})
     return Done(Verb.RELEASE, changed, skipped, trail_id)
+
+
+def replay(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: str | None
+           ) -> Done[runbook.Replayed]:
+    """``safetynet replay``: :func:`runbook.replay` of the dead letters *ids* (outbox ids)
+    and its trail row in one transaction. An id that is not a dead letter changes nothing,
+    is recorded as refused, and raises :class:`runbook.UnknownIds`."""
+    try:
+        with conn.transaction():
+            changed = runbook.replay(conn, list(ids))
+            trail_id = record_action(conn, who, Verb.REPLAY, list(ids), reason, {
+                "changed": len(changed), "rows": _describe(changed)})
+    except runbook.UnknownIds as exc:
+        with conn.transaction():
+            record_action(conn, who, Verb.REPLAY, list(ids), reason,
+                          {"refused": "not dead letters", "unknown": exc.ids})
+        raise
+    return Done(Verb.REPLAY, changed, [], trail_id)
+
+
+def replay_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[str],
+                    reason: str) -> Done[runbook.Replayed]:
+    """Replay the dead letters *outbox_ids* the page showed that are still dead letters
+    (locked ``FOR UPDATE``); the others (replayed or purged meanwhile) are skipped. A
+    replayed dead letter no longer blocks its key: the later rows of the key follow it."""
+    numbers = sorted({n for n in map(_outbox_id, outbox_ids) if n is not None})
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(QUERIES["outbox_dead_letters_lookup"], {"ids": numbers}).fetchall()
+        still = [str(r["outbox_id"]) for r in rows]
+        skipped = [i for i in outbox_ids if str(_outbox_id(i)) not in still]
+        changed = runbook.replay(conn, still) if still else []
+        trail_id = record_action(conn, who, Verb.REPLAY, still, reason, {
+            "changed": len(changed), "rows": _describe(changed), "skipped": skipped})
+    return Done(Verb.REPLAY, changed, skipped, trail_id)
+
+
+@attrs.frozen
+class Purged:
+    purged: int
+    trail_ids: list[int]  # one trail row per batch transaction
+
+
+def purge_dead_letters(conn: psycopg.Connection, who: Actor, older_than: float,
+                       reason: str | None, batch: int = 1000) -> Purged:
+    """``safetynet dead-letters --purge``: the dead letters older than *older_than* seconds
+    go with their outbox rows (not those still blocking later rows of their key), a batch
+    per transaction; each batch's transaction writes its own trail row naming the ids it
+    purged (the last batch's row, possibly of none, closes the run with the total)."""
+    purged, trail_ids = 0, list[int]()
+    while True:
+        with conn.transaction():
+            ids = runbook.purge_dead_letters_batch(conn, older_than, batch)
+            purged += len(ids)
+            last = len(ids) < batch
+            result = {"purged": len(ids), "older_than_seconds": older_than,
+                      "batch": len(trail_ids) + 1, "last": last}
+            trail_ids.append(record_action(
+                conn, who, Verb.PURGE_DEAD_LETTERS, [str(i) for i in ids], reason,
+                result | ({"total": purged} if last else {})))
+        if last:
+            return Purged(purged, trail_ids)
 
 
 def pause(conn: psycopg.Connection, who: Actor, job: str, reason: str | None,
@@ -125,6 +190,10 @@ def _by(who: Actor) -> str:
 
 def _id(row: runbook.Requeued | runbook.Released) -> str:
     return row.attempt_id if isinstance(row, runbook.Requeued) else row.conference_id
+
+
+def _outbox_id(text: str) -> int | None:
+    return int(text) if text.isdigit() and len(text) < 19 else None
 
 
 def _norm(text: str) -> str | None:

@@ -393,21 +393,24 @@ def _requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
               help="Dead letters to show at most (newest first).")
 @click.option("--purge", is_flag=True,
               help="Delete the dead letters older than --older-than with their outbox rows "
-                   "(not those still blocking later rows of their key).")
+                   "(not those still blocking later rows of their key); needs --reason.")
 @click.option("--older-than", default=None,
               help="With --purge: a duration (default outbox_relay.dead_letter_retention).")
-@click.option("--reason", default=None, help="Why (required with --purge).")
+@_actor_options
 @_config_option
 def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
-                 reason: str | None, config_files: tuple[Path, ...]) -> None:
+                 reason: str | None, actor: str | None, config_files: tuple[Path, ...]
+                 ) -> None:
     """The outbox's dead letters, newest first (whether each still blocks its key); with
-    --purge, delete the old ones. `safetynet replay ID` puts one back on the relay's path."""
+    --purge, delete the old ones (recorded in the trail). `safetynet replay ID` puts one
+    back on the relay's path."""
+    from supervision.app import actions
     from supervision.app.runbook import dead_letters as list_dead_letters
-    from supervision.app.runbook import purge_dead_letters
+    from supervision.app.trail import Actor
     from supervision.durations import parse_duration
 
-    if not purge and (older_than is not None or reason is not None):
-        raise click.UsageError("--older-than and --reason go with --purge")
+    if not purge and (older_than is not None or reason is not None or actor is not None):
+        raise click.UsageError("--older-than, --reason and --actor go with --purge")
     if purge and not reason:
         raise click.UsageError("--purge needs --reason TEXT")
     cfg = _load(config_files)
@@ -418,16 +421,19 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
     try:
         with _connect(cfg) as conn:
-            purged = purge_dead_letters(conn, age) if purge else None
+            done = (actions.purge_dead_letters(conn, Actor.from_os(actor), age, reason)
+                    if purge else None)
             found = list_dead_letters(conn, limit)
     except psycopg.Error as exc:
         _fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
-        click.echo(json.dumps({**found.as_json(), "purged": purged}, default=str))
+        click.echo(json.dumps({**found.as_json(), "purged": done.purged if done else None},
+                              default=str))
         return
-    if purged is not None:
-        click.echo(printable(f"purged {purged} dead letter(s) older than {age:g}s with "
-                             f"their outbox rows (reason: {reason})"))
+    if done is not None:
+        click.echo(printable(
+            f"purged {done.purged} dead letter(s) older than {age:g}s with their outbox rows"
+            f" (reason: {reason}; trail #{', #'.join(map(str, done.trail_ids))})"))
     for row in found.newest:
         click.echo(printable(
             f"{row['outbox_id']} {row['topic']}/{row['message_key']} at {row['created_at']}"
@@ -438,29 +444,35 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
 
 @main.command()
 @click.argument("ids", nargs=-1, required=True)
-@click.option("--reason", required=True, help="Why (an operator's action is recorded).")
+@_actor_options
 @_config_option
-def replay(ids: tuple[str, ...], reason: str, config_files: tuple[Path, ...]) -> None:
+def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
+           config_files: tuple[Path, ...]) -> None:
     """Put dead-lettered outbox rows (by outbox id, see dead-letters) back on the relay's
-    path: published again in id order, before the later rows of their key. Unknown ids:
-    exit 2 and nothing changes."""
+    path: published again in id order, before the later rows of their key (a key it
+    blocked is released). --reason is required. Unknown ids: exit 2 and nothing changes
+    (the refusal is recorded)."""
+    from supervision.app import actions
     from supervision.app.runbook import UnknownIds
-    from supervision.app.runbook import replay as do_replay
+    from supervision.app.trail import Actor
 
+    if not reason:
+        raise click.UsageError("replay needs --reason TEXT")
     cfg = _load(config_files)
     try:
         with _connect(cfg) as conn:
-            done = do_replay(conn, list(ids))
+            done = actions.replay(conn, Actor.from_os(actor), list(ids), reason)
     except UnknownIds as exc:
         _fail(f"not dead letters, nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
         _fail(f"postgres: {describe(exc)}", cfg=cfg)
-    for row in done:
+    for row in done.changed:
         click.echo(printable(
             f"replayed {row.outbox_id} (dead-lettered for {row.reason})"
             + (": its outbox row is gone, only the dead letter was removed" if row.row_gone
                else ": back on the relay's path")))
-    click.echo(printable(f"{len(done)} dead letter(s) replayed (reason: {reason})"))
+    click.echo(printable(f"{len(done.changed)} dead letter(s) replayed (reason: {reason};"
+                         f" trail #{done.trail_id})"))
 
 
 def _connect(cfg: Config) -> psycopg.Connection:

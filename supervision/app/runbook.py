@@ -4,8 +4,9 @@ All are plain synchronous functions over one connection: an operator's command, 
 part of the daemon. ``status`` reads the same cheap aggregates the gauges use and judges
 each seed SLO; ``requeue`` re-enqueues finalize rows and releases poison conferences
 all-or-nothing; ``dead_letters`` lists the outbox's dead letters, ``replay`` puts some
-back on the relay's path (all-or-nothing) and ``purge_dead_letters`` deletes old ones
-with their rows, as the relay's retention does.
+back on the relay's path (all-or-nothing) and ``purge_dead_letters_batch`` deletes old
+ones with their rows, as the relay's retention does. The mutating ones are called through
+:mod:`supervision.app.actions`, which writes the operator trail in the same transaction.
 """
 
 from __future__ import annotations
@@ -209,15 +210,12 @@ def replay(conn: psycopg.Connection, ids: list[str]) -> list[Replayed]:
     return [Replayed(int(r["outbox_id"]), r["reason"], bool(r["row_gone"])) for r in rows]
 
 
-def purge_dead_letters(conn: psycopg.Connection, older_than: float, batch: int = 1000
-                       ) -> int:
-    """Delete the dead letters older than *older_than* seconds with their outbox rows, a
-    batch per transaction (those still blocking later rows of their key stay); how many."""
-    purged = 0
-    while True:
-        with conn.transaction():
-            n = len(conn.execute(QUERIES["outbox_dead_letters_purge"], {
-                "retention": older_than, "limit": batch}).fetchall())
-        purged += n
-        if n < batch:
-            return purged
+def purge_dead_letters_batch(conn: psycopg.Connection, older_than: float, limit: int
+                             ) -> list[int]:
+    """Delete at most *limit* dead letters older than *older_than* seconds with their
+    outbox rows, in the caller's transaction (those still blocking later rows of their key
+    stay); the outbox ids purged. ``safetynet dead-letters --purge`` runs it a batch per
+    transaction (:func:`supervision.app.actions.purge_dead_letters`), as the relay's
+    retention does."""
+    return [int(r[0]) for r in conn.execute(QUERIES["outbox_dead_letters_purge"], {
+        "retention": older_than, "limit": limit}).fetchall()]

@@ -11,8 +11,9 @@ writes its row with :func:`record_action` inside the transaction of the action i
 so the action and its trace commit together or not at all; a refused action (unknown
 ids) is recorded in a transaction of its own, with the refusal as its result.
 
-Hooking a new verb (``replay`` of a dead letter, say) is one call in the transaction
-that does it: ``record_action(conn, who, Verb.REPLAY, ids, reason, result)``.
+Hooking a new verb is one call in the transaction that does it:
+``record_action(conn, who, Verb.X, ids, reason, result)`` (see
+:mod:`supervision.app.actions`, where every verb's does).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class Verb(enum.StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     AUDIT = "audit"
-    REPLAY = "replay"  # dead letters (the verb lands with its own issue)
-    RELEASE_KEY = "release-key"  # a blocked outbox key (likewise)
+    REPLAY = "replay"  # dead letters (a replayed one no longer blocks its key)
+    PURGE_DEAD_LETTERS = "purge-dead-letters"  # `safetynet dead-letters --purge`
+    RELEASE_KEY = "release-key"  # a blocked outbox key (no verb of its own: replay does it)
 
 
 @attrs.frozen

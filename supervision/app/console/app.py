@@ -71,7 +71,7 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
         Route("/history", console.history),
         Route("/static/console.css", console.css),
         *(Route(f"/actions/{name}", getattr(console, f"act_{name}"), methods=["POST"])
-          for name in ("requeue", "release", "pause", "resume", "audit")),
+          for name in ("requeue", "release", "replay", "pause", "resume", "audit")),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_Guard, gate=gate)])
 
@@ -183,7 +183,10 @@ class _Console:
         after = _int(request.query_params.get("after"), 0)
         before = _int(request.query_params.get("before"), None)
         data = await self.read(views.outbox, after, before)
-        return self.render(request, "outbox.html", data, refresh=after == 0 and before is None)
+        # a refresh would lose the dead letters checked for a replay
+        selecting = self.cfg.console.allow_actions and bool(data["dead"])
+        return self.render(request, "outbox.html", data,
+                           refresh=after == 0 and before is None and not selecting)
 
     @_page
     async def outbox_row(self, request: Request) -> Response:
@@ -234,11 +237,15 @@ class _Console:
 
     async def _confirm_or_act(self, request: Request, verb: Verb,
                               act: Callable[[dict[str, Any], list[str], str], Awaitable[Any]],
-                              ) -> Response:
+                              *, needs_ids: bool = False) -> Response:
         parsed = await self._form(request)
         if isinstance(parsed, Response):
             return parsed
         fields, ids = parsed
+        if needs_ids and not ids:
+            return self.render(request, "message.html", {
+                "title": f"{verb.value}: nothing checked",
+                "message": "check the rows to act on, then try again"}, status=400)
         reason = fields.get("reason", "").strip()[:1024]
         if fields.get("confirm") != "yes" or not reason:
             return self.render(request, "confirm.html", {
@@ -272,6 +279,13 @@ class _Console:
                                      reason)
 
         return await self._confirm_or_act(request, Verb.RELEASE, act)
+
+    async def act_replay(self, request: Request) -> Response:
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            return await self._write(actions.replay_snapshot, self._who(request), ids,
+                                     reason)
+
+        return await self._confirm_or_act(request, Verb.REPLAY, act, needs_ids=True)
 
     async def act_pause(self, request: Request) -> Response:
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:

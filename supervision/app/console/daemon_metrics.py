@@ -5,13 +5,16 @@
 (False, [], {'ok': 412.0, 'error': 1.0})
 
 The database holds what every replica shares (leases, pauses, backlogs); the breaker, the
-configuration faults and the cycle counters live in a daemon's process. The console reads
+configuration faults, the cycle counters and each job's last cycle (its counts, status and
+end: ``safetynet_last_cycle``) live in a daemon's process. The console reads
 them from the daemon whose ``http.listen`` its configuration names (bounded: one GET,
 :data:`TIMEOUT_S`), and says so plainly when that daemon does not answer — the console itself
 works without it.
 """
 
 from __future__ import annotations
+
+import time
 
 import attrs
 import httpx
@@ -35,6 +38,10 @@ class DaemonView:
     mean_cycle_s: dict[str, float] = attrs.field(factory=dict)
     leading: list[str] = attrs.field(factory=list)  # jobs whose lease this daemon holds
     reaped: dict[str, float] = attrs.field(factory=dict)
+    # each job's last cycle in that daemon: its counts, its status, how long ago it ended
+    last_cycle: dict[str, dict[str, float]] = attrs.field(factory=dict)
+    last_status: dict[str, str] = attrs.field(factory=dict)
+    last_age_s: dict[str, float] = attrs.field(factory=dict)
 
 
 async def scrape(listen: str) -> DaemonView:
@@ -49,13 +56,17 @@ async def scrape(listen: str) -> DaemonView:
     return parse(url, response.text)
 
 
-def parse(url: str, text: str) -> DaemonView:
+def parse(url: str, text: str, now: float | None = None) -> DaemonView:
     runs: dict[str, dict[str, float]] = {}
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     faults: list[str] = []
     leading: list[str] = []
     reaped: dict[str, float] = {}
+    last: dict[str, dict[str, float]] = {}
+    last_status: dict[str, str] = {}
+    last_age: dict[str, float] = {}
+    now = time.time() if now is None else now
     breaker = False
     try:
         families = list(text_string_to_metric_families(text))
@@ -79,5 +90,11 @@ def parse(url: str, text: str) -> DaemonView:
                 leading.append(labels.get("job", "?"))
             elif name == "messenger_conf_reaper_items_total":
                 reaped[labels.get("outcome", "?")] = value
+            elif name == "safetynet_last_cycle":
+                last.setdefault(labels.get("job", "?"), {})[labels.get("outcome", "?")] = value
+            elif name == "safetynet_last_cycle_end_timestamp_seconds":
+                last_status[labels.get("job", "?")] = labels.get("status", "?")
+                last_age[labels.get("job", "?")] = max(0.0, now - value)
     mean = {job: sums[job] / n for job, n in counts.items() if n and job in sums}
-    return DaemonView(url, "", breaker, sorted(faults), runs, mean, sorted(leading), reaped)
+    return DaemonView(url, "", breaker, sorted(faults), runs, mean, sorted(leading), reaped,
+                      last, last_status, last_age)

@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from supervision.config import Config
 from supervision.dev.stack import free_ports
@@ -43,3 +44,16 @@ def quarantine(conn: psycopg.Connection, last_error: str) -> tuple[str, str]:
                  " last_error = %s WHERE id = %s", (last_error, rec.attempt_id))
     assert rec.attempt_id is not None
     return rec.attempt_id, rec.id
+
+
+def dead_letter(conn: psycopg.Connection, reason: str, *, key: str = "k",
+                days_old: int = 0, payload: dict[str, Any] | None = None) -> int:
+    """An unpublished outbox row dead-lettered with *reason*, *days_old* days ago; its id."""
+    (row_id,) = conn.execute(
+        "INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
+        " event_type, payload) VALUES ('t', %s, gen_random_uuid()::text, 'e', %s)"
+        " RETURNING id", (key, Jsonb(payload or {}))).fetchone() or (0,)
+    conn.execute("INSERT INTO safetynet.outbox_dead_letters (outbox_id, topic, message_key,"
+                 " reason, blocks_key, created_at) VALUES (%s, 't', %s, %s, true,"
+                 " now() - %s * interval '1 day')", (row_id, key, reason, days_old))
+    return int(row_id)

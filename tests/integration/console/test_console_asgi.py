@@ -10,13 +10,21 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry, start_http_server
 
 from supervision.app.console.app import build_app
 from supervision.app.console.security import MAX_FAILURES, SESSION_COOKIE, Gate
 from supervision.config import Config
 from supervision.database import open_database
+from supervision.metrics import LastCycles
 from supervision.pgconn import conninfo
-from tests.integration.console.support import SCRIPT, basic, console_config, quarantine
+from tests.integration.console.support import (
+    SCRIPT,
+    basic,
+    console_config,
+    dead_letter,
+    quarantine,
+)
 from tests.integration.test_runbook import remember_poison
 from tests.messenger import attempt, insert_conference, new_id
 
@@ -163,6 +171,55 @@ async def test_requeue_needs_a_confirmed_reason_and_acts_on_the_snapshot_only(
     assert later not in history
 
 
+async def test_replay_acts_only_on_the_dead_letters_posted_and_is_trailed(
+        db_dsn: str, writable: httpx.AsyncClient) -> None:
+    """The outbox page offers each dead letter (its <script> reason as text) for a replay;
+    the confirmed replay puts back only the posted ids still dead-lettered, skips one
+    replayed meanwhile, leaves one dead-lettered after the page loaded alone, clears the
+    row's mark so its key is no longer blocked, and writes the trail row."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        seen = dead_letter(conn, SCRIPT, key="a")
+        moved = dead_letter(conn, "kafka:INVALID_RECORD", key="b")
+    page = (await writable.get("/outbox")).text
+    assert f'id="replay-{seen}"' in page and 'id="replay-selected"' in page
+    assert "&lt;script&gt;document.title=" in page and SCRIPT not in page
+    assert 'http-equiv="refresh"' not in page  # a refresh would lose the checked rows
+    detail = (await writable.get(f"/outbox/{seen}")).text
+    assert 'id="replay-this"' in detail
+    data = {"token": token(page), "ids": [str(seen), str(moved)]}
+    confirm = await post(writable, "/actions/replay", data)
+    assert confirm.status_code == 200 and f"<code>{seen}</code>" in confirm.text
+    assert "a key it blocked is released" in confirm.text
+    no_reason = await post(writable, "/actions/replay", {**data, "confirm": "yes"})
+    assert no_reason.status_code == 400
+    nothing = await post(writable, "/actions/replay", {"token": data["token"],
+                                                       "confirm": "yes", "reason": "x"})
+    assert nothing.status_code == 400 and "nothing checked" in nothing.text
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM safetynet.operator_actions"
+                            ).fetchone() == (0,)
+        conn.execute("DELETE FROM safetynet.outbox_dead_letters WHERE outbox_id = %s",
+                     (moved,))  # replayed by someone else meanwhile
+        later = dead_letter(conn, "kafka:INVALID_RECORD", key="a")  # after the page loaded
+    done = await post(writable, "/actions/replay",
+                      {**data, "confirm": "yes", "reason": "broker limit <b>raised</b>"})
+    assert done.status_code == 200, done.text
+    assert "1 changed" in done.text and f"<code>{moved}</code>" in done.text  # skipped
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        dead = [r[0] for r in conn.execute("SELECT outbox_id FROM"
+                                           " safetynet.outbox_dead_letters ORDER BY 1")]
+        (mark,) = conn.execute("SELECT last_error FROM messenger.integration_outbox"
+                               " WHERE id = %s", (seen,)).fetchone() or (None,)
+        (row,) = conn.execute("SELECT actor, origin, verb, ids, reason, result"
+                              " FROM safetynet.operator_actions").fetchall()
+    assert dead == [later] and mark is None
+    assert row[:5] == ("oncall", "console", "replay", [str(seen)],
+                       "broker limit <b>raised</b>")
+    assert row[5]["changed"] == 1 and row[5]["skipped"] == [str(moved)]
+    history = (await writable.get("/history")).text
+    assert "broker limit &lt;b&gt;raised&lt;/b&gt;" in history
+
+
 async def test_pause_and_resume_from_the_console_are_trailed(
         db_dsn: str, writable: httpx.AsyncClient) -> None:
     """Pause (with an expiry) shows on the overview; resume ends it; both are in the
@@ -214,18 +271,25 @@ async def test_read_only_console_refuses_every_action(
     changing nothing and recording nothing."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         seen, rec = quarantine(conn, "s3:http_503")
+        dead = dead_letter(conn, "kafka:INVALID_RECORD")
     page = (await read_only.get("/recordings?status=Quarantined")).text
     assert "requeue-selected" not in page
+    outbox = (await read_only.get("/outbox")).text
+    assert str(dead) in outbox and "replay-selected" not in outbox
+    assert 'name="ids"' not in outbox and 'http-equiv="refresh"' in outbox
     form = token(page)
     for path, data in (("/actions/requeue", {"ids": [seen]}),
                        ("/actions/pause", {"job": "recording-finalize"}),
                        ("/actions/resume", {"job": "recording-finalize"}),
-                       ("/actions/release", {"ids": [new_id()]}), ("/actions/audit", {})):
+                       ("/actions/release", {"ids": [new_id()]}), ("/actions/audit", {}),
+                       ("/actions/replay", {"ids": [str(dead)]})):
         response = await post(read_only, path, {**data, "token": form, "confirm": "yes",
                                                 "reason": "x"})
         assert response.status_code == 403 and "read-only" in response.text, path
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert attempt(conn, rec)["status"] == "Quarantined"
+        assert conn.execute("SELECT count(*) FROM safetynet.outbox_dead_letters"
+                            ).fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM safetynet.operator_actions"
                             ).fetchone() == (0,)
 
@@ -288,6 +352,35 @@ async def test_overview_says_when_the_daemon_on_this_host_does_not_answer(
     assert overview.status_code == 200
     assert 'id="daemon-down"' in overview.text and "ConnectError" in overview.text
     assert 'id="verdicts"' in overview.text
+
+
+async def test_overview_shows_each_jobs_last_cycle_from_the_daemons_metrics(
+        db_dsn: str) -> None:
+    """A daemon at http.listen exporting safetynet_last_cycle: the overview shows each
+    job's last cycle with its status, duration and non-zero counts."""
+    cfg = console_config(db_dsn)
+    host, _, port = cfg.http.listen.rpartition(":")
+    registry = CollectorRegistry()
+    cycles = LastCycles()
+    registry.register(cycles)
+    cycles.record("recording-finalize", "ok", {"reconciled": 7, "failed": 2,
+                                               "quarantined": 0, "duration_ms": 340})
+    cycles.record("conference-reaper", "error", {"empty_timeout": 0, "duration_ms": 5})
+    server, thread = start_http_server(int(port), addr=host, registry=registry)
+    try:
+        async for client in client_for(cfg):
+            html = (await client.get("/")).text
+    finally:
+        server.shutdown()
+        thread.join(5)
+    finalize = re.search(r'<tr id="last-cycle-recording-finalize">(.*?)</tr>', html, re.S)
+    assert finalize, html
+    assert "ok, ended" in finalize.group(1) and "340 ms" in finalize.group(1)
+    assert "reconciled 7" in finalize.group(1) and "failed 2" in finalize.group(1)
+    assert "quarantined" not in finalize.group(1)
+    reaper = re.search(r'<tr id="last-cycle-conference-reaper">(.*?)</tr>', html, re.S)
+    assert reaper and "error, ended" in reaper.group(1) and "nothing to do" in reaper.group(1)
+    assert 'id="last-cycle-outbox-relay"' not in html  # no cycle of it yet
 
 
 async def test_pages_say_why_while_postgres_is_down(db_dsn: str) -> None:

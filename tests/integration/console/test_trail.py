@@ -13,7 +13,7 @@ import pytest
 
 from supervision.passwords import verify_password
 from tests.cli import ROOT, cli, postgres_only_config
-from tests.integration.console.support import quarantine
+from tests.integration.console.support import dead_letter, quarantine
 from tests.messenger import attempt, new_id
 
 
@@ -70,6 +70,70 @@ def test_release_verb_releases_poison_conferences_with_a_reason(
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT verb, ids, reason FROM safetynet.operator_actions"
                             ).fetchall() == [("release", [conf.id], "row fixed by hand")]
+
+
+def test_replay_and_purge_of_dead_letters_record_actor_reason_ids_and_result(
+        db_dsn: str, config: Path) -> None:
+    """`replay ID --reason --actor` and `dead-letters --purge --reason --actor` each write
+    one trail row naming the outbox ids with the result; a replay of a non-dead-letter is
+    refused (exit 2), changes nothing and is recorded as refused; replay without a reason
+    is a usage error that records nothing."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        replayed = dead_letter(conn, "kafka:MESSAGE_TOO_LARGE", key="a")
+        old = dead_letter(conn, "kafka:INVALID_RECORD", key="b", days_old=40)
+        young = dead_letter(conn, "kafka:INVALID_RECORD", key="c", days_old=1)
+    assert cli(config, "replay", str(replayed)).returncode == 2
+    refused = cli(config, "replay", str(replayed), "999999", "--reason", "typo")
+    assert refused.returncode == 2 and "999999" in refused.stderr
+    done = cli(config, "replay", str(replayed), "--reason", "limit raised", "--actor", "ana")
+    assert done.returncode == 0, done.stderr
+    assert "trail #" in done.stdout
+    purged = cli(config, "dead-letters", "--purge", "--older-than", "30d", "--reason",
+                 "past retention", "--actor", "bo")
+    assert purged.returncode == 0, purged.stderr
+    assert "purged 1 dead letter(s)" in purged.stdout
+    assert cli(config, "dead-letters", "--actor", "bo").returncode == 2  # not without --purge
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        left = [r[0] for r in conn.execute(
+            "SELECT outbox_id FROM safetynet.outbox_dead_letters ORDER BY outbox_id")]
+        rows = conn.execute("SELECT actor, origin, verb, ids, reason, result"
+                            " FROM safetynet.operator_actions ORDER BY id").fetchall()
+    assert left == [young]
+    assert [r[:5] for r in rows] == [
+        (rows[0][0], "cli", "replay", [str(replayed), "999999"], "typo"),
+        ("ana", "cli", "replay", [str(replayed)], "limit raised"),
+        ("bo", "cli", "purge-dead-letters", [str(old)], "past retention")]
+    assert rows[0][5] == {"refused": "not dead letters", "unknown": ["999999"]}
+    assert rows[1][5]["changed"] == 1
+    assert rows[1][5]["rows"][0] == {
+        "outbox_id": replayed, "reason": "kafka:MESSAGE_TOO_LARGE", "row_gone": False,
+        "kind": "replayed"}
+    assert rows[2][5] == {"purged": 1, "older_than_seconds": 30 * 86400, "batch": 1,
+                          "last": True, "total": 1}
+    history = cli(config, "history").stdout
+    assert "bo (cli" in history and "purge-dead-letters" in history
+
+
+def test_purge_writes_one_trail_row_per_batch_naming_its_ids(db_dsn: str) -> None:
+    """A purge over more than one batch writes a row per batch transaction with the ids
+    it deleted; the last one (here of none) says it is last and carries the total."""
+    from supervision.app import actions
+    from supervision.app.trail import Actor
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        old = [dead_letter(conn, "kafka:X", key=f"k{i}", days_old=40) for i in range(4)]
+        kept = dead_letter(conn, "kafka:X", key="young")
+        done = actions.purge_dead_letters(conn, Actor.from_os("ana"), 30 * 86400,
+                                          "retention by hand", batch=2)
+        rows = conn.execute("SELECT id, ids, result FROM safetynet.operator_actions"
+                            " ORDER BY id").fetchall()
+        left = conn.execute("SELECT outbox_id FROM safetynet.outbox_dead_letters"
+                            ).fetchall()
+    assert done.purged == 4 and done.trail_ids == [r[0] for r in rows]
+    assert sorted(int(i) for r in rows for i in r[1]) == sorted(old)
+    assert [len(r[1]) for r in rows] == [2, 2, 0]
+    assert [r[2]["last"] for r in rows] == [False, False, True]
+    assert rows[-1][2]["total"] == 4 and left == [(kept,)]
 
 
 def test_trail_rows_cannot_be_updated_deleted_or_truncated(db_dsn: str) -> None:
