@@ -237,11 +237,9 @@ def run_daemon_with_layer(world: World, planted: Planted, tmp_path: Path) -> str
     for secret in planted.extra["secrets"]:
         assert secret not in text, [line for line in text.splitlines() if secret in line]
     if not reason:
-        loggers = sorted({str(e["logger"]).split(".")[0] for e in lines if "logger" in e})
         stdlib = sum("logger" in e for e in lines)
         assert min(stdlib, len(lines) - stdlib) >= 20, (stdlib, len(lines))  # a burst of both
-        reason = ("every line one JSON object, from structlog and from the standard library"
-                  f" ({', '.join(loggers)})")
+        reason = "every line one JSON object, from structlog and from the standard library"
     return reason
 
 
