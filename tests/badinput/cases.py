@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -21,7 +29,9 @@ import psycopg
 
 from actors.s3.objectstore import CANARY
 from supervision.dev.stack import DevStackError
+from tests.badinput.report import ROOT
 from tests.badinput.world import PREFIX, Planted, World
+from tests.cli import postgres_only_config
 from tests.faults import HttpRule, s3_object
 from tests.messenger import (
     insert_attempt,
@@ -38,6 +48,8 @@ class Job(Enum):
     RELAY = "outbox-relay"
     RELOAD = "reload"  # SIGHUP to a running `safetynet run` is refused; then finalize heals
     HTTP = "http"  # hostile clients of a running `safetynet run`'s endpoint
+    DAEMON = "daemon"  # `check-config`, then `safetynet run`, on a valid config + the layer
+    TOOL = "tool"  # an operator's command as a process (a CLI verb, `make audit`'s script)
 
 
 class Read(Enum):
@@ -51,6 +63,9 @@ class Read(Enum):
     PLANTED = "planted"  # what the plant itself measured (a listener's wake-ups)
     REFUSED = "config_reload_refused"  # the problem of the daemon's refusal line
     ANSWER = "answer"  # what the endpoint answered the prober
+    SHOWN = "shown"  # what check-config printed for a key, or what the daemon's log held
+    OUTPUT = "output"  # the operator command's exit code and what it said
+    READYZ = "readyz"  # /readyz's answer (status and body) after the cycle
 
 
 @attrs.frozen
@@ -65,6 +80,8 @@ class Case:
     reason: str                 # the reason must start with this
     event: str | None = None    # the log event that must name it
     untouched: bool = False     # the bad cycle must change no row (a configuration fault)
+    shows: str = ""             # text the reason must contain besides its start
+    completes: bool = False     # the bad cycle must end with its counts, not fail whole
 
 
 GOOD_HEAD = {"Content-Type": "audio/ogg", "Content-Length": "64",
@@ -440,9 +457,118 @@ async def planted_pycurl(world: World) -> Planted:
     return Planted(heal=heal)
 
 
+def daemon_layer(text: str, *, secrets: tuple[str, ...], until: str, show: str = "",
+                 env: Mapping[str, str] | None = None) -> Callable[[World], Any]:
+    """``safetynet check-config`` (when *show* names a key) and then ``safetynet run`` on a
+    valid configuration with *text* layered on and *env* added, until the daemon's log
+    holds *until*: neither ever shows one of *secrets*, every log line is a JSON object."""
+    async def plant(world: World) -> Planted:
+        return Planted(extra={"toml": text, "env": dict(env or {}), "secrets": secrets,
+                              "until": until, "show": show})
+    return plant
+
+
+def _command(*args: str, env: Mapping[str, str] | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+    """*args* run from the repository with a bare environment (plus *env*)."""
+    return subprocess.run(list(args), capture_output=True, text=True, check=False, cwd=ROOT,
+                          timeout=120, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                            "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+async def pause_as_spoofed_root(world: World) -> Planted:
+    """An operator whose environment says ``USER=root`` pauses recording-finalize with
+    ``safetynet pause``; the pause's ``paused_by`` as ``safetynet status --json`` shows it
+    (the host spelled ``<host>``), then ``resume``."""
+    def run() -> str:
+        directory = Path(tempfile.mkdtemp(prefix="badinput-pause-"))
+        config = str(postgres_only_config(directory, world.dsn))
+        spoofed = {"USER": "root", "LOGNAME": "root", "COLUMNS": "200"}
+        try:
+            verb = "recording-finalize"
+            paused = _command(sys.executable, "-m", "supervision.app", "pause", "--job", verb,
+                              "--reason", "bad-input", "-c", config, env=spoofed)
+            assert paused.returncode == 0, paused.stderr
+            status = _command(sys.executable, "-m", "supervision.app", "status", "--json",
+                              "-c", config, env=spoofed)
+            (pause,) = json.loads(status.stdout)["paused"]
+            resumed = _command(sys.executable, "-m", "supervision.app", "resume", "--job", verb,
+                               "-c", config, env=spoofed)
+            assert resumed.returncode == 0, resumed.stderr
+        finally:
+            shutil.rmtree(directory)
+        return str(pause["paused_by"]).replace(f"@{socket.gethostname()} ", "@<host> ")
+    return Planted(extra={"run": run})
+
+
+async def audit_without_source(world: World) -> Planted:
+    """``make audit``'s script over both locks with every request sent through a proxy on
+    a closed loopback port: no vulnerability source answers."""
+    def run() -> str:
+        proxy = "http://127.0.0.1:9"
+        done = _command(sys.executable, "tools/audit_locks.py", "requirements/dev.lock",
+                        "requirements/runtime.lock",
+                        env={"https_proxy": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy,
+                             "HTTP_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""})
+        said = (done.stdout + done.stderr).strip()
+        assert "No known vulnerabilities found" not in said, said
+        return f"exit {done.returncode}: {said}"
+    return Planted(extra={"run": run})
+
+
+async def refresh_still_expired(world: World) -> Planted:
+    """No S3 keys configured; botocore's chain finds temporary keys inside its mandatory
+    refresh window, and every refresh returns keys already expired (botocore then raises a
+    plain RuntimeError); the operator's fix is the keys."""
+    import botocore.credentials
+    import botocore.session
+
+    keys = world.s3.credentials
+
+    def metadata(expires_in: dt.timedelta) -> dict[str, str]:
+        return {"access_key": keys.access_key_id, "secret_key": keys.secret_access_key,
+                "token": "", "expiry_time": (dt.datetime.now(dt.UTC) + expires_in).isoformat()}
+
+    refreshes: list[int] = []
+
+    def refresh() -> dict[str, str]:
+        refreshes.append(1)
+        return metadata(dt.timedelta(minutes=-1))
+
+    def found(self: botocore.session.Session) -> botocore.credentials.RefreshableCredentials:
+        return botocore.credentials.RefreshableCredentials.create_from_metadata(
+            metadata(dt.timedelta(minutes=1)), refresh_using=refresh, method="assume-role")
+
+    original = botocore.session.Session.get_credentials
+    botocore.session.Session.get_credentials = found  # type: ignore[method-assign]
+
+    async def heal() -> None:
+        botocore.session.Session.get_credentials = original  # type: ignore[method-assign]
+        assert refreshes, "botocore never refreshed the planted keys"
+    return Planted(config={"s3": {"access_key_id": "", "secret_access_key": ""}}, heal=heal)
+
+
+async def many_missing_topics(world: World) -> Planted:
+    """Rows for 30 topics that do not exist, the broker creating none (auto-create off);
+    the operator creates them afterwards."""
+    assert world.kafka is not None
+    kafka = world.kafka
+    kafka.create_topic(world.topic)
+    topics = [f"{world.topic}.gone{n:02d}" for n in range(30)]
+    for topic in topics:
+        world.enqueue(topic, "k", {"N": 1}, None)
+
+    async def heal() -> None:
+        for topic in topics:
+            kafka.create_topic(topic)
+    return Planted(heal=heal, extra={"no_topic_creation": True})
+
+
 def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World], Any],
-       read: Read, reason: str, event: str | None = None, untouched: bool = False) -> Case:
-    return Case(id, area, bad, did, job, plant, read, reason, event, untouched)
+       read: Read, reason: str, event: str | None = None, untouched: bool = False,
+       shows: str = "", completes: bool = False) -> Case:
+    return Case(id, area, bad, did, job, plant, read, reason, event, untouched, shows,
+                completes)
 
 
 FIN, REAP, RELAY, CONF = Job.FINALIZE, Job.REAPER, Job.RELAY, Job.CONFIG
@@ -454,6 +580,10 @@ DEAD = "row dead-lettered with its reason, the other rows published"
 REFUSED = "config error: "
 RELOAD_REFUSED = ("SIGHUP refused (config_reload_refused naming the key), the daemon alive on"
                   " its old configuration, SIGTERM still exits 0")
+SPIED_TRACES = "http://127.0.0.1:9/v1/traces?api_key=zzw0rd-tr4ce"  # a closed port
+BURST = (f'[tracing]\nendpoint = "{SPIED_TRACES}"\n[logging]\nlevel = "debug"\n'
+         '[jobs.recording_finalize]\npolling_interval = "0.05s"\n'
+         '[jobs.conference_reaper]\npolling_interval = "0.05s"\n')
 DEEP = "[" * 5000 + "]" * 5000
 WEAK_KEY = {"client.key": ("-----BEGIN PRIVATE KEY-----\n", 0o644),
             "client.pem": ("-----BEGIN CERTIFICATE-----\n", 0o644)}
@@ -580,6 +710,44 @@ CASES: list[Case] = [
        " never send a byte", "the prober is answered at once (idle connections give up"
        " their slots), a bounded number of log lines, the daemon alive", Job.HTTP,
        idle_connections(200), Read.ANSWER, "200 ready", untouched=True),
+    # ------------------------------------------ secrets, logs and operators (issue #26)
+    _c("config-tracing-endpoint-api-key", "config", "tracing.endpoint with ?api_key=... in"
+       " its query string, the collector unreachable", "check-config prints the URL with"
+       " every query value masked; the daemon runs, the OTLP exporter's failed-export lines"
+       " name the URL masked, no log line holds the key", Job.DAEMON,
+       daemon_layer(f'[tracing]\nendpoint = "{SPIED_TRACES}"\n', secrets=("zzw0rd-tr4ce",),
+                    until="/v1/traces?", show="tracing.endpoint",
+                    env={"OTEL_BSP_SCHEDULE_DELAY": "200"}),
+       Read.SHOWN, "tracing.endpoint = http://127.0.0.1:9/v1/traces?api_key=***"),
+    _c("config-tracing-endpoint-userinfo", "config", "tracing.endpoint with"
+       " user:password@ in it, the collector unreachable", "check-config prints the URL"
+       " with its userinfo masked; no log line of the daemon holds the password",
+       Job.DAEMON, daemon_layer('[tracing]\nendpoint = "http://otel:zzw0rd-us3r@127.0.0.1:9'
+                                '/v1/traces"\n', secrets=("zzw0rd-us3r",),
+                                until="/v1/traces", show="tracing.endpoint",
+                                env={"OTEL_BSP_SCHEDULE_DELAY": "200"}),
+       Read.SHOWN, "tracing.endpoint = http://***@127.0.0.1:9/v1/traces"),
+    _c("config-media-url-userinfo", "config", "media.base_url with user:password@ in it",
+       EXIT_78 + " (the URL's credentials refused, never quoted)", CONF,
+       config_file('[media]\nbase_url = "http://ops:zzw0rd-med1a@127.0.0.1:9"\n'),
+       Read.EXIT, REFUSED + "media.base_url: must not carry credentials", untouched=True),
+    _c("log-both-paths-burst", "config", "structlog and the standard library's loggers"
+       " writing at once (a daemon whose OTLP exporter fails every 50 ms while its jobs"
+       " log)", "one writer: each line written whole with its newline; every line of the"
+       " daemon's stderr is one JSON object", Job.DAEMON,
+       daemon_layer(BURST, secrets=(), until="BOTH_PATHS",
+                    env={"OTEL_BSP_SCHEDULE_DELAY": "50",
+                         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0.1"}),
+       Read.SHOWN, "every line one JSON object, from structlog and from the standard"
+       " library"),
+    _c("cli-pause-user-spoofed", "config", "`safetynet pause` run with USER=root by"
+       " someone else", "paused_by records the database session_user beside $USER@host",
+       Job.TOOL, pause_as_spoofed_root, Read.OUTPUT, "root@<host> [db:"),
+    _c("tool-audit-no-source", "config", "`make audit` (tools/audit_locks.py) where no"
+       " vulnerability source answers (every request to a closed loopback port)",
+       "one line saying nothing was audited, exit 2 (never 'No known vulnerabilities"
+       " found')", Job.TOOL, audit_without_source, Read.OUTPUT,
+       "exit 2: audit: no vulnerability source reachable (pypi: "),
     # ------------------------------------------------------------- S3 configuration
     _c("s3-imds-outage", "s3", "no S3 keys configured and the instance metadata service"
        " down at the first request", "no HEAD sent (nothing unsigned), no attempt spent;"
@@ -626,6 +794,12 @@ CASES: list[Case] = [
                                          headers={"x-amz-error-code": "NoSuchBucket"})),
        Read.HEALTH, "configuration fault in s3: bucket_missing", "config_fault",
        untouched=True),
+    _c("s3-refresh-still-expired", "s3", "temporary S3 keys whose refresh returns keys"
+       " already expired (botocore's plain RuntimeError)", "Transient with back-off: no"
+       " HEAD sent, no attempt spent, the cycle and the S3 store live on; asked again"
+       " after the back-off", FIN, refresh_still_expired, Read.LOG,
+       "credentials_unavailable:expired_after_refresh", "s3_credentials_unavailable",
+       completes=True),
     # --------------------------------------------------------- S3 responses of one row
     _c("s3-duration-superscript", "s3", "x-amz-meta-duration-seconds: '²' (isdigit() true,"
        " int() raises)", QUARANTINED, FIN, odd_head({**GOOD_HEAD,
@@ -723,6 +897,11 @@ CASES: list[Case] = [
        "configuration fault for that topic (readiness 503, nothing dead-lettered, no"
        " attempt); other topics publish; heals once the topic is created", RELAY,
        missing_topic, Read.HEALTH, "configuration fault in kafka: topic ", "config_fault"),
+    _c("kafka-30-missing-topics", "kafka", "rows for 30 topics that do not exist,"
+       " auto-create off", "a fault per topic in the log; /readyz 503 names the first"
+       " only, without addresses, and counts the others", RELAY, many_missing_topics,
+       Read.READYZ, "503 not ready: configuration fault in kafka: topic ",
+       "config_fault", shows="(and 29 more; see the log)"),
     # ------------------------------------- hostile outbox and database (issue #26)
     _c("outbox-huge-payload", "outbox", "a 40 MB payload", "dead-lettered without its"
        " payload being fetched (its size measured in the database); claims capped by"

@@ -12,8 +12,9 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -107,17 +108,21 @@ def _logged(log: Path, event: str) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def running_daemon(world: World, tmp_path: Path) -> Iterator[tuple[Any, Path, Path, int]]:
-    """``safetynet run`` on a valid configuration (base + an empty layer), answering
-    /healthz; yields the process, its layer file, its log and its port."""
+def running_daemon(world: World, tmp_path: Path, layer_text: str = "",
+                   extra_env: Mapping[str, str] | None = None,
+                   ) -> Iterator[tuple[Any, Path, Path, int]]:
+    """``safetynet run`` on a valid configuration (base + a layer, empty unless given;
+    *extra_env* added), answering /healthz; yields the process, its layer file, its log
+    and its port."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = write_base(world, tmp_path, http={"listen": f"127.0.0.1:{port}"},
                       outbox_relay={"enabled": False}, supervision={"shutdown_grace": "5s"})
     layer, log = tmp_path / "layer.toml", tmp_path / "daemon.log"
-    layer.write_text("")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    layer.write_text(layer_text)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
+           **(extra_env or {})}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "supervision.app", "run", "-c", str(base), "-c", str(layer)],
@@ -178,6 +183,87 @@ def run_idle_flood(world: World, planted: Planted, tmp_path: Path) -> str:
     return answer
 
 
+def shown(world: World, planted: Planted, tmp_path: Path) -> str:
+    """``check-config`` on a valid configuration with the layer: the value it printed for
+    the planted key, and never a planted secret."""
+    base, layer = write_base(world, tmp_path), tmp_path / "shown.toml"
+    layer.write_text(planted.extra["toml"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervision.app", "check-config", "-c", str(base), "-c",
+         str(layer)], capture_output=True, text=True, check=False, cwd=ROOT, timeout=30,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    for secret in planted.extra["secrets"]:
+        assert secret not in proc.stdout + proc.stderr, proc.stdout
+    value: Any = tomllib.loads(proc.stdout)
+    for name in planted.extra["show"].split("."):
+        value = value[name]
+    return f"{planted.extra['show']} = {value}"
+
+
+def run_daemon_with_layer(world: World, planted: Planted, tmp_path: Path) -> str:
+    """What check-config prints for the planted key (if one is named), then ``safetynet
+    run`` with the layer until its log holds the planted text (``BOTH_PATHS``: lines of
+    structlog and of the standard library's loggers): every line of its stderr is a JSON
+    object and none holds a planted secret; the daemon answers /healthz throughout."""
+    reason = shown(world, planted, tmp_path) if planted.extra["show"] else ""
+    until = planted.extra["until"]
+
+    def paths(lines: Sequence[dict[str, Any]]) -> set[str]:
+        return {"stdlib" if "logger" in e else "structlog" for e in lines}
+
+    def parsed(log: Path) -> list[dict[str, Any]]:
+        out = []
+        for line in log.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                raise AssertionError(f"a log line that is not JSON: {line[:300]!r}") from None
+            assert isinstance(entry, dict), line[:300]
+            out.append(entry)
+        return out
+
+    with running_daemon(world, tmp_path, planted.extra["toml"],
+                        planted.extra["env"]) as (proc, _, log, _):
+        deadline = time.monotonic() + 60
+        while not (paths(parsed(log)) == {"stdlib", "structlog"} if until == "BOTH_PATHS"
+                   else until in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                log.read_text()[-2000:]
+            time.sleep(0.2)
+        if until == "BOTH_PATHS":  # a burst of both for a while longer
+            time.sleep(3)
+    lines, text = parsed(log), log.read_text()
+    for secret in planted.extra["secrets"]:
+        assert secret not in text, [line for line in text.splitlines() if secret in line]
+    if not reason:
+        stdlib = sum("logger" in e for e in lines)
+        assert min(stdlib, len(lines) - stdlib) >= 20, (stdlib, len(lines))  # a burst of both
+        reason = "every line one JSON object, from structlog and from the standard library"
+    return reason
+
+
+async def readyz_answer(world: World) -> str:
+    """/readyz of the daemon's endpoint (in this process, where the cycle set its
+    faults): its status and body."""
+    import httpx
+    import psycopg
+
+    from actors.metrics_exporter import Readiness, serve_metrics_exporter
+
+    async def ping() -> None:
+        await trio.to_thread.run_sync(lambda: psycopg.connect(world.dsn).close())
+
+    async with trio.open_nursery() as nursery:
+        (listener, *_) = await nursery.start(serve_metrics_exporter, "127.0.0.1:0",
+                                             Readiness(ping))
+        port = listener.socket.getsockname()[1]
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
+        nursery.cancel_scope.cancel()
+    return f"{answer.status_code} {answer.text.strip()}"
+
+
 def read_reason(case: Case, world: World, planted: Planted, logs: Sequence[Logged],
                 outcome: str) -> str:
     query = {
@@ -233,8 +319,15 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
                                                     tmp_path)
         elif case.job is Job.HTTP:
             outcome = await trio.to_thread.run_sync(run_idle_flood, world, planted, tmp_path)
+        elif case.job is Job.DAEMON:
+            outcome = await trio.to_thread.run_sync(run_daemon_with_layer, world, planted,
+                                                    tmp_path)
+        elif case.job is Job.TOOL:
+            outcome = await trio.to_thread.run_sync(planted.extra["run"])
         else:
             outcome = await cycle(world.config(**planted.config), case.job.value)
+        if case.read is Read.READYZ:
+            outcome = await readyz_answer(world)
     reason = read_reason(case, world, planted, logs, outcome)
     touched = await trio.to_thread.run_sync(state_digest, world.dsn) != before
 
@@ -242,7 +335,7 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
         await planted.heal()
     HEALTH.clear_fault("s3")
     HEALTH.clear_fault("kafka")
-    job = Job.FINALIZE if case.job in (Job.CONFIG, Job.RELOAD, Job.HTTP) else case.job
+    job = case.job if case.job in (Job.FINALIZE, Job.REAPER, Job.RELAY) else Job.FINALIZE
     healed = await cycle(world.config(), job.value)
     invariants, violations = await trio.to_thread.run_sync(
         partial(world.violations, relay=case.job is Job.RELAY))
@@ -252,6 +345,8 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
            duration_s=time.monotonic() - started)
 
     assert reason.startswith(case.reason), (reason, outcome)
+    assert case.shows in reason, (case.shows, reason)
+    assert not (case.completes and outcome.startswith("run-once failed")), outcome
     assert case.event is None or about(logs, case.event, planted), (
         f"no {case.event} event", [e["event"] for e in logs])
     assert not (case.untouched and touched), "a refused cycle changed rows"
