@@ -27,8 +27,8 @@ BOUNDS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_time
 @pytest.fixture
 def cfg(db_dsn: str) -> Config:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL DEFAULT 0)")
-        conn.execute("INSERT INTO t (id) VALUES (1), (2)")
+        conn.execute("CREATE TABLE public.t (id int PRIMARY KEY, n int NOT NULL DEFAULT 0)")
+        conn.execute("INSERT INTO public.t (id) VALUES (1), (2)")
     return make_config(db_dsn, postgres={"statement_timeout": "1s", "lock_timeout": "300ms",
                                          "idle_in_transaction_session_timeout": "7s"})
 
@@ -42,7 +42,7 @@ def show_bounds(conn: psycopg.Connection) -> dict[str, str]:
 def row_held_by_messenger(dsn: str, row_id: int) -> Iterator[None]:
     """Another session (the messenger service) holds *row_id* locked until the block ends."""
     with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT 1 FROM t WHERE id = %s FOR UPDATE", (row_id,))
+        holder.execute("SELECT 1 FROM public.t WHERE id = %s FOR UPDATE", (row_id,))
         yield
         holder.rollback()
 
@@ -58,12 +58,12 @@ def stopped(pid: int) -> Iterator[None]:
 
 
 def bump(conn: psycopg.Connection, row_id: int) -> int:
-    return conn.execute("UPDATE t SET n = n + 1 WHERE id = %s", (row_id,)).rowcount
+    return conn.execute("UPDATE public.t SET n = n + 1 WHERE id = %s", (row_id,)).rowcount
 
 
 def n_of(dsn: str, row_id: int) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return int(conn.execute("SELECT n FROM t WHERE id = %s", (row_id,)).fetchone()[0])  # type: ignore[index]
+        return int(conn.execute("SELECT n FROM public.t WHERE id = %s", (row_id,)).fetchone()[0])  # type: ignore[index]
 
 
 async def test_pool_and_lock_connections_carry_the_configured_bounds(cfg: Config) -> None:
