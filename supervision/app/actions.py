@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from actors.lock_keeper import JobPause
-from supervision.app import runbook
+from supervision.app import acceptances, runbook
 from supervision.app.pauses import Paused, pause_job, resume_job
 from supervision.app.trail import Actor, Verb, record_action
 from supervision.queries import QUERIES
@@ -181,6 +181,32 @@ def resume(conn: psycopg.Connection, who: Actor, job: str, reason: str | None
             "was_paused": ended is not None,
             **({} if ended is None else {"paused_by": ended.paused_by,
                                          "paused_at": ended.paused_at.isoformat()})})
+    return ended, trail_id
+
+
+def accept_missing(conn: psycopg.Connection, who: Actor, bucket: str, key_prefix: str,
+                   seconds: float, reason: str) -> tuple[acceptances.Accepted, int]:
+    """``safetynet accept-missing``: the acceptance and its trail row in one transaction
+    (the ids are the location it covers)."""
+    with conn.transaction():
+        done = acceptances.accept_missing(conn, bucket, key_prefix, seconds, reason,
+                                          _by(who))
+        trail_id = record_action(conn, who, Verb.ACCEPT_MISSING,
+                                 [f"s3://{bucket}/{key_prefix}"], reason, {
+                                     "accepted_until": done.accepted_until.isoformat(),
+                                     "seconds": seconds})
+    return done, trail_id
+
+
+def revoke_acceptance(conn: psycopg.Connection, who: Actor, bucket: str, key_prefix: str,
+                      reason: str | None) -> tuple[acceptances.Accepted | None, int]:
+    """``safetynet accept-missing --revoke``: the acceptance it ended (None when none was
+    in force) and its trail row, in one transaction."""
+    with conn.transaction():
+        ended = acceptances.revoke_missing(conn, bucket, key_prefix)
+        trail_id = record_action(conn, who, Verb.REVOKE_ACCEPTANCE,
+                                 [f"s3://{bucket}/{key_prefix}"], reason,
+                                 {"ended": ended is not None})
     return ended, trail_id
 
 

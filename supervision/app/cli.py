@@ -540,38 +540,42 @@ def resume(job: str, reason: str | None, actor: str | None,
 @main.command("accept-missing")
 @click.option("--for", "for_", default="1h", show_default=True,
               help="How long (a duration, at most 24h).")
-@click.option("--reason", default=None, help="Why (the incident); required to accept.")
 @click.option("--revoke", is_flag=True, help="End the acceptance now.")
+@_actor_options
 @_config_option
-def accept_missing(for_: str, reason: str | None, revoke: bool,
+def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | None,
                    config_files: tuple[Path, ...]) -> None:
     """Accept Missing verdicts (Failed/Timeout) under s3.bucket/s3.key_prefix without
     evidence, for a while: when the incident is genuine and nothing shows it (runbook
-    RecordingFinalizeVerdictsWithheld)."""
-    from supervision.app.acceptances import accept_missing as accept
-    from supervision.app.acceptances import revoke_missing
-    from supervision.app.pauses import operator
+    RecordingFinalizeVerdictsWithheld). Recorded in the operator trail."""
+    from supervision.app import actions
+    from supervision.app.trail import Actor
     from supervision.durations import parse_duration
 
     if not revoke and not reason:
         raise click.UsageError("--reason is required (the incident, for the record)")
     cfg = _load(config_files)
     where = f"s3://{cfg.s3.bucket}/{cfg.s3.key_prefix}"
+    who = Actor.from_os(actor)
     try:
         with _connect(cfg) as conn:
             if revoke:
-                ended = revoke_missing(conn, cfg.s3.bucket, cfg.s3.key_prefix)
-                click.echo(printable(f"revoked the acceptance for {where}" if ended
-                                     else f"no acceptance in force for {where}"))
+                ended, trail_id = actions.revoke_acceptance(
+                    conn, who, cfg.s3.bucket, cfg.s3.key_prefix, reason)
+                click.echo(printable((f"revoked the acceptance for {where}" if ended
+                                      else f"no acceptance in force for {where}")
+                                     + f" (trail #{trail_id})"))
                 return
-            done = accept(conn, cfg.s3.bucket, cfg.s3.key_prefix, parse_duration(for_),
-                          reason or "", operator())
+            done, trail_id = actions.accept_missing(
+                conn, who, cfg.s3.bucket, cfg.s3.key_prefix, parse_duration(for_),
+                reason or "")
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     except psycopg.Error as exc:
         _fail(f"postgres: {type(exc).__name__}")
     click.echo(printable(f"Missing verdicts under {where} accepted until "
-                         f"{done.accepted_until} by {done.accepted_by}: {done.reason}"))
+                         f"{done.accepted_until} by {done.accepted_by}: {done.reason} "
+                         f"(trail #{trail_id})"))
 
 
 @main.command()

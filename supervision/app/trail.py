@@ -50,6 +50,8 @@ class Verb(enum.StrEnum):
     REPLAY = "replay"  # dead letters (a replayed one no longer blocks its key)
     PURGE_DEAD_LETTERS = "purge-dead-letters"  # `safetynet dead-letters --purge`
     RELEASE_KEY = "release-key"  # a blocked outbox key (no verb of its own: replay does it)
+    ACCEPT_MISSING = "accept-missing"  # Missing verdicts accepted without evidence
+    REVOKE_ACCEPTANCE = "revoke-acceptance"  # `safetynet accept-missing --revoke`
 
 
 @attrs.frozen

@@ -158,7 +158,8 @@ async def test_fresh_prefix_with_genuinely_lost_binaries_fails_once_an_operator_
     """A first deployment whose recorder never uploaded anything: the verdicts are
     withheld until `safetynet accept-missing` (reason given, for a while) accepts them
     for this bucket and prefix; then they are given at once. The acceptance does not
-    follow the configuration to another prefix, and --revoke ends it."""
+    follow the configuration to another prefix, --revoke ends it, and both are in the
+    operator trail."""
     prefix = f"fresh-{uuid.uuid4().hex[:8]}/"
     cfg = config(db_dsn, s3_server, bucket, key_prefix=prefix)
     ids = [insert_recording(conn, session_id=insert_call_session(conn)).id for _ in range(20)]
@@ -187,10 +188,18 @@ async def test_fresh_prefix_with_genuinely_lost_binaries_fails_once_an_operator_
     assert statuses(conn, ids) == {"Failed": 20}
     assert [e["reason"] for e in logs
             if e["event"] == "missing_verdicts_accepted_by_operator"] == ["INC-7 recorder down"]
-    assert cli(path, "accept-missing", "--revoke").stdout == (
-        f"revoked the acceptance for s3://{bucket}/{prefix}\n")
-    assert cli(path, "accept-missing", "--revoke").stdout == (
-        f"no acceptance in force for s3://{bucket}/{prefix}\n")
+    assert cli(path, "accept-missing", "--revoke").stdout.startswith(
+        f"revoked the acceptance for s3://{bucket}/{prefix} (trail #")
+    assert cli(path, "accept-missing", "--revoke").stdout.startswith(
+        f"no acceptance in force for s3://{bucket}/{prefix} (trail #")
+    trail = conn.execute(
+        "SELECT verb, ids, reason, result FROM safetynet.operator_actions"
+        " WHERE verb IN ('accept-missing', 'revoke-acceptance') ORDER BY id").fetchall()
+    where = [f"s3://{bucket}/{prefix}"]
+    assert [(verb, ids, reason) for verb, ids, reason, _ in trail] == [
+        ("accept-missing", where, "INC-7 recorder down"),
+        ("revoke-acceptance", where, None), ("revoke-acceptance", where, None)]
+    assert [result.get("ended") for *_, result in trail[1:]] == [True, False]
 
 
 async def test_every_object_octet_stream_is_a_configuration_fault_not_50_quarantines(
