@@ -41,7 +41,7 @@ from supervision.app.console.app import build_app
 from supervision.config import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer, start_all, stop_all
-from supervision.migrate import migrate
+from supervision.migrate import install_demo
 from supervision.pgconn import conninfo
 from supervision.queries import QUERIES
 from tests.messenger import PREFIX
@@ -129,7 +129,7 @@ def main() -> None:
     pg = PostgresServer(tmp)
     try:
         start_all([pg])
-        migrate(pg.dsn)
+        install_demo(pg.dsn)
         started = time.perf_counter()
         seed(pg.dsn, args.rows, args.outbox)
         print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; seeded {args.rows}"
