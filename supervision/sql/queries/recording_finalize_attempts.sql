@@ -181,10 +181,10 @@ RETURNING status;
 -- `id = ANY(ARRAY(...))`, an index probe per row whatever the statistics say; written
 -- `id IN (SELECT ...)` the planner hashed the group and read call_recordings whole, twice
 -- per statement (every recording ever made; docs/benchmarks.md). The status guards are
--- written `status || ''` so that
--- they stay guards: as plain comparisons they let the planner pick a partial index on
--- status (ix_recording_active, ix_rfa_pending_created) when statistics from a quiet time
--- say it is nearly empty, and read a whole backlog per statement (docs/benchmarks.md).
+-- written `status || ''` so that they stay guards: as plain comparisons they let the
+-- planner pick a partial index on status (ix_recording_active, ix_rfa_pending_created)
+-- when statistics from a quiet time say it is nearly empty, and read a whole backlog per
+-- statement (docs/benchmarks.md).
 WITH input AS (
     SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
                          %(old_attempts)s::int[])
