@@ -69,6 +69,7 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
     # a dict and a uuid.UUID per row were a tenth of the daemon's CPU in a drain
     with conn.cursor() as cur:
         cur.adapters.register_loader("uuid", TextLoader)
+        cur.execute(QUERIES["finalize_attempts_claim_plan"])  # SET LOCAL: see the SQL
         records = cur.execute(QUERIES["finalize_attempts_claim_due"], params).fetchall()
         col = {c.name: i for i, c in enumerate(cur.description or ())}
     rows: list[ClaimedRow] = []

@@ -2,8 +2,21 @@
 -- AsOf of a cycle: the database clock, never the host's.
 SELECT now();
 
+-- name: finalize_attempts_claim_plan --
+-- Run in the claim's transaction just before finalize_attempts_claim_due (reset at its
+-- commit). The claim's windows are "the first batch_size due rows in ix_rfa_due order",
+-- an index walk that stops after the batch. Under statistics from a quiet time (tables
+-- analyzed while empty or while nothing was Pending, before autoanalyze has seen a
+-- backlog: the seed's recorder outage) the planner believes a handful of rows match, and
+-- prices a bitmap scan of every due row plus a sort of them below the walk: the whole
+-- backlog read and sorted twice per claim (47-80 ms at 60,000 due rows against 3-6 ms,
+-- docs/benchmarks.md). Without bitmap scans the only other way to that order is a
+-- sequential scan and a sort, which costs the whole table whatever the statistics say, so
+-- the walk wins; every other read of the claim is by key.
+SET LOCAL enable_bitmapscan = off;
+
 -- name: finalize_attempts_claim_due --
--- One short transaction per batch. Takes up to batch_size due Pending rows in
+-- One short transaction per batch (after finalize_attempts_claim_plan). Takes up to batch_size due Pending rows in
 -- next_attempt_at order (skipping rows another runner or an in-flight callback holds),
 -- decides each row's phase from its recording and session, and
 --   * for rows that are work now (reconcile, republish, terminal, poison): pre-increments
@@ -164,10 +177,14 @@ RETURNING status;
 -- A recording another transaction holds (the ingest callback) is skipped, not waited on:
 -- the finalize row gets its attempt back and is due again from now (the next cycle).
 -- Returns, per row, what happened to it.
--- Every row is reached by its key. The status guards are written `status || ''` so that
--- they stay guards: as plain comparisons they let the planner pick a partial index on
--- status (ix_recording_active, ix_rfa_pending_created) when statistics from a quiet time
--- say it is nearly empty, and read a whole backlog per statement (docs/benchmarks.md).
+-- Every row is reached by its key: the group's recordings are locked and looked up as
+-- `id = ANY(ARRAY(...))`, an index probe per row whatever the statistics say; written
+-- `id IN (SELECT ...)` the planner hashed the group and read call_recordings whole, twice
+-- per statement (every recording ever made; docs/benchmarks.md). The status guards are
+-- written `status || ''` so that they stay guards: as plain comparisons they let the
+-- planner pick a partial index on status (ix_recording_active, ix_rfa_pending_created)
+-- when statistics from a quiet time say it is nearly empty, and read a whole backlog per
+-- statement (docs/benchmarks.md).
 WITH input AS (
     SELECT * FROM unnest(%(attempt_ids)s::uuid[], %(recording_ids)s::uuid[],
                          %(old_attempts)s::int[])
@@ -175,13 +192,14 @@ WITH input AS (
 ),
 locked AS (
     SELECT r.id FROM messenger.call_recordings r
-    WHERE r.id IN (SELECT recording_id FROM input)
+    WHERE r.id = ANY(ARRAY(SELECT recording_id FROM input))  -- by key (see above)
     ORDER BY r.id
     FOR NO KEY UPDATE SKIP LOCKED
 ),
 busy AS (
     SELECT r.id FROM messenger.call_recordings r
-    WHERE r.id IN (SELECT recording_id FROM input) AND r.id NOT IN (SELECT id FROM locked)
+    WHERE r.id = ANY(ARRAY(SELECT recording_id FROM input))
+      AND r.id NOT IN (SELECT id FROM locked)
 ),
 upd AS (
     UPDATE messenger.call_recordings
@@ -312,7 +330,9 @@ FOR UPDATE;
 -- (locked: FOR NO KEY UPDATE SKIP LOCKED, the lock the transition needs): nothing is
 -- written for it, and its finalize row gets its attempt back, due again from now (back).
 -- Returns, per row, what happened to it. Every row is reached by its key; the status
--- guards are written `status || ''` for the reason given at finalize_attempts_fail_timeout.
+-- guards are written `status || ''` for the reason given at finalize_attempts_fail_timeout,
+-- and the group's recordings are named as an array (`id = ANY(ARRAY(...))`) for the
+-- reason given there.
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
         AS i(attempt_id uuid, recording_id uuid, transition boolean, file_id text,
@@ -321,13 +341,14 @@ WITH input AS (
 ),
 locked AS (
     SELECT r.id FROM messenger.call_recordings r
-    WHERE r.id IN (SELECT recording_id FROM input)
+    WHERE r.id = ANY(ARRAY(SELECT recording_id FROM input))  -- by key (see above)
     ORDER BY r.id
     FOR NO KEY UPDATE SKIP LOCKED
 ),
 busy AS (
     SELECT r.id FROM messenger.call_recordings r
-    WHERE r.id IN (SELECT recording_id FROM input) AND r.id NOT IN (SELECT id FROM locked)
+    WHERE r.id = ANY(ARRAY(SELECT recording_id FROM input))
+      AND r.id NOT IN (SELECT id FROM locked)
 ),
 upd AS (
     UPDATE messenger.call_recordings r
