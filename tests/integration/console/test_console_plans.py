@@ -122,10 +122,9 @@ async def test_every_console_page_reads_the_same_buffers_at_twice_the_backlog(
         db_dsn: str, recorded: list[tuple[str, Any]]) -> None:
     """50,000 recordings (a quarter quarantined, rows rescheduled together sharing one
     next_attempt_at) and 50,000 outbox rows, then as many again: each statement every
-    page runs reads at most half as many buffers again (a deeper index: one more page per
-    probe) at the double
-    backlog. Sorting a status range for a page, or every quarantined row for the overview,
-    read twice as many."""
+    page runs reads at most half as many buffers again at the double backlog (a deeper
+    index costs one more page per probe). Sorting a status range for a page, or every
+    quarantined row for the overview, read twice as many."""
     grow(db_dsn, "a")
     async for client in client_for(console_config(db_dsn)):
         for page in PAGES:
