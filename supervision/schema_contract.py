@@ -199,6 +199,12 @@ INDEXES: tuple[Index, ...] = (
               "dead letters (the queries repeat this predicate word for word)"),
     Index("ix_recording_file_id", "call_recordings", ("file_id",), frozenset(),
           "file_id IS NOT NULL", why="the console's search by file id"),
+    Index("ix_rfa_queue", "recording_finalize_attempts", ("status", "next_attempt_at", "id"),
+          frozenset(), why="the console's keyset pages of finalize rows: (next_attempt_at, id)"
+              " order, bounded however many rows share one next_attempt_at"),
+    Index("ix_rfa_quarantined", "recording_finalize_attempts", ("updated_at",), frozenset(),
+          "status = 'Quarantined'",
+          why="`safetynet status` and the console overview: the oldest quarantined rows"),
 )
 
 TABLES: tuple[str, ...] = tuple(dict.fromkeys(c.table for c in COLUMNS))

@@ -53,7 +53,10 @@ class Status:
         return data
 
 
-def status(conn: psycopg.Connection, cfg: Config) -> Status:
+def status(conn: psycopg.Connection, cfg: Config, outbox_query: str = "outbox_stats"
+           ) -> Status:
+    """What `safetynet status` prints; *outbox_query* names the outbox figures' statement
+    (the console's is capped, console_outbox_stats)."""
     rf, cr = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper
     current = finalize_stats(conn)
     with conn.cursor(row_factory=dict_row) as cur:
@@ -61,7 +64,7 @@ def status(conn: psycopg.Connection, cfg: Config) -> Status:
             "sla": rf.finalize_sla_timeout, "interval": rf.polling_interval}).fetchone()
         quarantined = cur.execute(QUERIES["finalize_attempts_quarantined_list"],
                                   {"limit": 20}).fetchall()
-        outbox = cur.execute(QUERIES["outbox_stats"]).fetchone()
+        outbox = cur.execute(QUERIES[outbox_query]).fetchone()
         windows = {"empty_room_grace": cr.empty_room_grace,
                    "provision_timeout": cr.provision_timeout,
                    "stale_live_timeout": cr.stale_live_timeout}

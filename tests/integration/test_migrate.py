@@ -147,6 +147,11 @@ EXPECTED_INDEXES = {
     "ix_recording_session": ("call_recordings", False, ["session_kind", "session_id"], None),
     # the console's search by file id (migration 0012)
     "ix_recording_file_id": ("call_recordings", False, ["file_id"], "(file_id IS NOT NULL)"),
+    # the console's keyset pages and the oldest quarantined rows (issue 27)
+    "ix_rfa_queue": ("recording_finalize_attempts", False,
+                     ["status", "next_attempt_at", "id"], None),
+    "ix_rfa_quarantined": ("recording_finalize_attempts", False, ["updated_at"],
+                           "((status)::text = 'Quarantined'::text)"),
     # outbox retention's deletes (issue 28)
     "ix_outbox_published": ("integration_outbox", False, ["published_at"],
                             "(published_at IS NOT NULL)"),
@@ -433,7 +438,8 @@ def test_database_migrated_by_the_release_before_upgrades_in_place(
                               "checksum": hashlib.sha256(old.encode()).hexdigest()})
     before = {name for name, *_ in catalog(empty_db_dsn)[1]}
     steps = migrate(empty_db_dsn)
-    new_indexes = {"ix_outbox_published", "ix_outbox_live", "ix_recording_file_id"}
+    new_indexes = {"ix_outbox_published", "ix_outbox_live", "ix_recording_file_id",
+                   "ix_rfa_queue", "ix_rfa_quarantined"}
     assert sorted(s.label for s in steps if s.migration is None) == sorted(
         f"index {name}" for name in new_indexes)
     assert all(s.migration.version > 10 for s in steps if s.migration is not None)

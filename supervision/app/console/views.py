@@ -39,7 +39,9 @@ def _rows(conn: psycopg.Connection, name: str, params: dict[str, Any]
 def overview(conn: psycopg.Connection, cfg: Config) -> dict[str, Any]:
     """Per job: lease holder and term, pause, backlog, oldest age, SLO verdicts; the
     replicas seen (lease holders); what the cycles last observed of S3."""
-    current = runbook.status(conn, cfg)
+    # the outbox figures capped (console_outbox_stats): outbox_stats, the gauges' exact
+    # count of live unpublished rows, reads the whole unpublished backlog
+    current = runbook.status(conn, cfg, outbox_query="console_outbox_stats")
     leases = _rows(conn, "console_leases", {})
     return {"status": current, "leases": leases,
             # a holder is host:pid:keeper (one keeper per job): the replica is host:pid

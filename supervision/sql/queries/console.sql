@@ -7,19 +7,27 @@ SELECT 1;
 
 -- name: console_finalize_page --
 -- Recordings: one keyset page of finalize rows in %(status)s ordered by
--- (next_attempt_at, id) through ix_rfa_due; %(window)s 'due' (due now), 'later'
--- (rescheduled into the future) or 'all'.
+-- (next_attempt_at, id) through ix_rfa_queue (status, next_attempt_at, id): the row
+-- comparison is the index range's start, so a page reads its 51 rows however many rows
+-- share one next_attempt_at (ix_rfa_due alone sorted every row of the window: 1.8 s at a
+-- million, docs/benchmarks.md); %(window)s 'due' (due now), 'later' (rescheduled into the
+-- future) or 'all'.
 SELECT a.id, a.recording_id, a.session_kind, a.session_id, a.status, a.attempts,
        a.next_attempt_at, a.last_error, a.updated_at, r.status AS recording_status,
        r.file_id
 FROM messenger.recording_finalize_attempts a
 LEFT JOIN messenger.call_recordings r ON r.id = a.recording_id
 WHERE a.status = %(status)s
-  AND a.next_attempt_at >= GREATEST(%(after_at)s::timestamptz,
-          CASE WHEN %(window)s = 'later' THEN now() ELSE '-infinity'::timestamptz END)
+  -- one start for the range: the cursor, or now() for 'later' before the cursor passes it
+  -- (a second lower bound on next_attempt_at would not narrow the range's start)
+  AND (a.next_attempt_at, a.id) > (
+        CASE WHEN %(window)s = 'later' AND %(after_at)s::timestamptz < now() THEN now()
+             ELSE %(after_at)s::timestamptz END,
+        CASE WHEN %(window)s = 'later' AND %(after_at)s::timestamptz < now()
+             THEN '00000000-0000-0000-0000-000000000000'::uuid
+             ELSE %(after_id)s::uuid END)
   AND a.next_attempt_at <= CASE WHEN %(window)s = 'due' THEN now()
                                 ELSE 'infinity'::timestamptz END
-  AND (a.next_attempt_at > %(after_at)s::timestamptz OR a.id > %(after_id)s::uuid)
 ORDER BY a.next_attempt_at, a.id
 LIMIT %(limit)s;
 

@@ -299,6 +299,9 @@ WHERE id = ANY(%(ids)s::uuid[]) OR recording_id = ANY(%(ids)s::uuid[])
 FOR UPDATE;
 
 -- name: finalize_attempts_quarantined_list --
+-- `safetynet status` and the console overview: the oldest quarantined rows, through
+-- ix_rfa_quarantined (without it, every quarantined row was read and sorted: 0.1 s at
+-- 140,000).
 SELECT id, recording_id, attempts, last_error, updated_at
 FROM messenger.recording_finalize_attempts
 WHERE status = 'Quarantined'

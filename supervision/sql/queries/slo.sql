@@ -50,7 +50,10 @@ SELECT
               WHERE a.status = 'Pending'
               ORDER BY a.next_attempt_at
               LIMIT 1000) h
-        JOIN messenger.call_recordings r ON r.id = h.recording_id
+        -- each recording by its key (lateral): joined, the planner walked every terminal
+        -- recording through ix_recording_terminal_updated (0.2 s at 100,000)
+        CROSS JOIN LATERAL (SELECT r.status FROM messenger.call_recordings r
+                            WHERE r.id = h.recording_id LIMIT 1) r
         WHERE r.status = 'Available'
           AND h.created_at < now() - %(interval)s * interval '1 second'
         UNION
