@@ -119,6 +119,21 @@ def backlog(db_dsn: str) -> str:
     return db_dsn
 
 
+def group_commit_params(rows: list[tuple[Any, Any]]) -> dict[str, dict[str, Any]]:
+    """The parameters of the two group commits (Failed/Timeout, reconciled Available) for
+    *rows* of (attempt id, recording id), as the committer sends them."""
+    return {
+        "finalize_attempts_fail_timeout": {
+            "attempt_ids": [r[0] for r in rows], "recording_ids": [r[1] for r in rows],
+            "old_attempts": [0] * len(rows)},
+        "finalize_attempts_publish_available": {
+            "topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps([
+                {"attempt_id": str(a), "recording_id": str(r), "transition": True,
+                 "file_id": f"f/{r}", "size_bytes": 1, "duration_seconds": 1,
+                 "format": "ogg", "old_attempts": 0, "headers": {}} for a, r in rows])},
+    }
+
+
 def test_claims_and_gauges_read_no_messenger_table_whole_at_a_backlog(backlog: str) -> None:
     """20,000 due finalize rows (every 500th recording Available) and 20,000 active rooms
     (a tenth due): every claim and gauge plan reaches those tables through indexes only,
@@ -211,16 +226,7 @@ def test_group_commits_reach_rows_by_key_when_statistics_say_nothing_is_due(
             "SELECT a.id, a.recording_id FROM messenger.recording_finalize_attempts a JOIN"
             " messenger.call_recordings r ON r.id = a.recording_id"
             " WHERE r.status = 'Uploading' LIMIT 50").fetchall()
-        groups = {
-            "finalize_attempts_fail_timeout": {
-                "attempt_ids": [r[0] for r in rows], "recording_ids": [r[1] for r in rows],
-                "old_attempts": [0] * len(rows)},
-            "finalize_attempts_publish_available": {
-                "topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps([
-                    {"attempt_id": str(a), "recording_id": str(r), "transition": True,
-                     "file_id": f"f/{r}", "size_bytes": 1, "duration_seconds": 1,
-                     "format": "ogg", "old_attempts": 0, "headers": {}} for a, r in rows])},
-        }
+        groups = group_commit_params(rows)
         for name, params in groups.items():
             plan = analyze(conn, name, params)
             done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
@@ -287,16 +293,7 @@ def test_a_claim_and_its_group_commit_handle_only_the_batch_under_empty_table_st
             "SELECT a.id, a.recording_id FROM messenger.recording_finalize_attempts a JOIN"
             " messenger.call_recordings r ON r.id = a.recording_id"
             " WHERE a.attempts = 1 AND r.status = 'Uploading'").fetchall()
-        groups = {
-            "finalize_attempts_fail_timeout": {
-                "attempt_ids": [r[0] for r in rows], "recording_ids": [r[1] for r in rows],
-                "old_attempts": [0] * len(rows)},
-            "finalize_attempts_publish_available": {
-                "topic": TOPIC_RECORDING_AVAILABLE, "rows": json.dumps([
-                    {"attempt_id": str(a), "recording_id": str(r), "transition": True,
-                     "file_id": f"f/{r}", "size_bytes": 1, "duration_seconds": 1,
-                     "format": "ogg", "old_attempts": 0, "headers": {}} for a, r in rows])},
-        }
+        groups = group_commit_params(rows)
         for name, params in groups.items():
             plan = analyze(conn, name, params)
             done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"

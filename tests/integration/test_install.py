@@ -117,13 +117,18 @@ def test_run_once_of_a_job_whose_contract_is_broken_exits_78_and_touches_no_row(
     assert row == ("Active",)
 
 
-def daemon_config(path: Path, dsn: str, s3: S3Server, bucket: str, port: int) -> Path:
+def s3_settings(s3: S3Server, bucket: str) -> dict[str, str]:
+    """The ``[s3]`` section pointing at the session's SeaweedFS bucket."""
     creds = s3.credentials
+    return {"endpoint_url": s3.endpoint_url, "bucket": bucket, "region": creds.region,
+            "access_key_id": creds.access_key_id,
+            "secret_access_key": creds.secret_access_key}
+
+
+def daemon_config(path: Path, dsn: str, s3: S3Server, bucket: str, port: int) -> Path:
     path.write_text(tomli_w.dumps({
         "postgres": {"dsn": dsn},
-        "s3": {"endpoint_url": s3.endpoint_url, "bucket": bucket, "region": creds.region,
-               "access_key_id": creds.access_key_id,
-               "secret_access_key": creds.secret_access_key},
+        "s3": s3_settings(s3, bucket),
         "jobs": {"recording_finalize": {"polling_interval": "1s"},
                  "conference_reaper": {"polling_interval": "1s"}},
         "outbox_relay": {"enabled": False},
@@ -208,13 +213,10 @@ def test_runtime_role_runs_every_job_and_verb_but_no_ddl(
     _, dsn = runtime_role
     with psycopg.connect(db_dsn, autocommit=True) as conn:  # the messenger writes it
         conf = insert_conference(conn, status="Active", last_activity_ago=7200)
-    creds = s3_server.credentials
     path = tmp_path / "role.toml"
     path.write_text(tomli_w.dumps({
         "postgres": {"dsn": dsn},
-        "s3": {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
-               "region": creds.region, "access_key_id": creds.access_key_id,
-               "secret_access_key": creds.secret_access_key},
+        "s3": s3_settings(s3_server, bucket),
         "kafka": {"bootstrap_servers": kafka_server.bootstrap_servers},
     }))
     for args in (["run-once", "--job", "conference-reaper"],
@@ -333,13 +335,10 @@ def test_connection_budget_per_replica_holds_in_pg_stat_activity(
     from supervision.app.resources import POOL_SIZE
 
     port = free_ports(1)[0]
-    creds = s3_server.credentials
     path = tmp_path / "c.toml"
     path.write_text(tomli_w.dumps({
         "postgres": {"dsn": db_dsn},
-        "s3": {"endpoint_url": s3_server.endpoint_url, "bucket": bucket,
-               "region": creds.region, "access_key_id": creds.access_key_id,
-               "secret_access_key": creds.secret_access_key},
+        "s3": s3_settings(s3_server, bucket),
         "kafka": {"bootstrap_servers": kafka_server.bootstrap_servers},
         "jobs": {"recording_finalize": {"polling_interval": "200ms"},
                  "conference_reaper": {"polling_interval": "200ms"}},
