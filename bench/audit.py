@@ -32,14 +32,13 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
-from actors.auditor import audit_once
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
-from actors.invariants import Thresholds
-from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
+from actors.audit.auditor import audit_once
+from actors.audit.invariants import Thresholds
+from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE
+from supervision.app.queries import ALL_QUERIES
 from supervision.config import config_from_dict
 from supervision.dev.stack import PostgresServer
 from supervision.migrate import install_demo
-from supervision.queries import QUERIES
 
 SEED = """
 INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type, trigger,
@@ -124,7 +123,7 @@ def plans(dsn: str, th: Thresholds) -> None:
                      "audit_recordings_active", "audit_conferences_active",
                      "audit_finalize_attempts_open"):
             rows = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
-                                + QUERIES[name].encode(), th.params()).fetchall()
+                                + ALL_QUERIES[name].encode(), th.params()).fetchall()
             print(f"\n-- {name}")
             print("\n".join(r[0] for r in rows))
 

@@ -62,10 +62,10 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.finalize.reconciler import pool_size
 from actors.s3.process import open_object_store
 from actors.s3.wire import decode_settings, encode_settings
 from actors.s3.worker import CurlPool
-from actors.s3_reconciler import pool_size
 from bench._measure import CpuMeter, TimedDatabase, percentile, spread
 from bench.recording_finalize import (
     BUCKET,

@@ -36,9 +36,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
+from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.dev.stack import PostgresServer
 from supervision.migrate import apply_messenger_fixture, migrate
-from supervision.queries import QUERIES
 
 SEED = """
 INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type, trigger,
@@ -131,7 +131,7 @@ def retention(dsn: str) -> None:
     t0 = time.monotonic()
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
-            n = conn.execute(QUERIES["outbox_delete_published_before"],
+            n = conn.execute(OUTBOX_QUERIES["outbox_delete_published_before"],
                              {"retention": 7 * 86400, "limit": 1000}).rowcount
             deleted += n
             if n < 1000:

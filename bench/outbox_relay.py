@@ -72,11 +72,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.finalize_store import event_headers
-from actors.kafka_producer import KafkaProducer, OutMessage
-from actors.lock_keeper import CycleContext, serve_lock_keeper
-from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayJob, run_relay_cycle
+from actors.envelope import event_headers
+from actors.kafka.producer import KafkaProducer, OutMessage
+from actors.leases.lock_keeper import CycleContext, serve_lock_keeper
+from actors.outbox.listener import serve_outbox_listener
+from actors.outbox.relay import RelayJob, run_relay_cycle
 from bench._measure import (
     CpuMeter,
     TimedDatabase,
@@ -97,7 +97,7 @@ from tests.messenger import read_topic
 
 EVENT_TYPE = "CallRecordingAvailable"
 SOURCE = "safetynet.recording-finalize"
-PRODUCER_SETTINGS: dict[str, Any] = {  # as actors/kafka_producer.py's KafkaProducer._start
+PRODUCER_SETTINGS: dict[str, Any] = {  # as actors/kafka/producer.py's KafkaProducer._start
     "acks": "all", "enable_idempotence": False, "compression_type": None, "linger_ms": 0,
     "request_timeout_ms": 10_000, "max_request_size": 1_048_576, "max_batch_size": 256 * 1024,
 }

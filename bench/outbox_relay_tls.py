@@ -38,7 +38,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.kafka_security import client_security
+from actors.kafka.security import client_security
 from bench._measure import spread
 from bench.outbox_relay import Workload
 from supervision.app.daemon import run_once

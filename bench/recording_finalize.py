@@ -79,12 +79,13 @@ from httpx_auth import AWS4Auth
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.finalize_state import FinalizeCounts
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_headers
-from actors.lock_keeper import CycleContext
-from actors.recording_finalize import JOB, FinalizeJob, run_finalize_cycle
+from actors.envelope import TOPIC_RECORDING_AVAILABLE, event_headers
+from actors.finalize.cycle import JOB, FinalizeJob, run_finalize_cycle
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.finalize.reconciler import pool_size
+from actors.finalize.state import FinalizeCounts
+from actors.leases.lock_keeper import CycleContext
 from actors.s3.process import open_object_store
-from actors.s3_reconciler import pool_size
 from bench._measure import (
     CpuMeter,
     RssSampler,
@@ -98,10 +99,9 @@ from bench._measure import (
 from supervision.app.daemon import open_resources
 from supervision.app.resources import POOL_SIZE
 from supervision.config import Config, config_from_dict
-from supervision.dev.stack import PostgresServer, S3Server, _pg_bin_dir, start_all, stop_all
+from supervision.dev.stack import PostgresServer, S3Server, pg_bin_dir, start_all, stop_all
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
-from supervision.queries import QUERIES
 from tests.messenger import PREFIX
 
 BUCKET = "bench-recordings"
@@ -346,7 +346,7 @@ def pgbench_script(per_client: int, tag: str, explicit_tx: bool) -> str:
         "topic": f"'{TOPIC_RECORDING_AVAILABLE}'",
     }
     sql = re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)],
-                 QUERIES["finalize_attempts_publish_available"])
+                 FINALIZE_QUERIES["finalize_attempts_publish_available"])
     # pgbench takes ':MI' inside the to_char() formats for a variable: spell the colons
     # as E'\\x3a' (the same string, no colon in the script)
     sql = re.sub(r"'(YYYY-MM-DD[^']*)'", lambda m: "E'" + m.group(1).replace(":", "\\x3a")
@@ -360,7 +360,7 @@ def pgbench(server: PostgresServer, base_dir: Path, per_client: int, tag: str,
     """Run the script; return pgbench's tps (without connection time)."""
     script = base_dir / f"publish_available{'_tx' if explicit_tx else ''}.sql"
     script.write_text(pgbench_script(per_client, tag, explicit_tx))
-    argv = [str(_pg_bin_dir() / "pgbench"), "-n", "-M", "prepared",
+    argv = [str(pg_bin_dir() / "pgbench"), "-n", "-M", "prepared",
             "-c", str(PGBENCH_CLIENTS), "-j", "2", "-t", str(per_client), "-D", "i=0",
             "-f", str(script), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres",
             "postgres"]

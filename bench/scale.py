@@ -63,18 +63,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import itertools
 
-from actors.conference_reaper import ReaperJob, run_reaper_cycle
-from actors.invariants import Thresholds
-from actors.lock_keeper import CycleContext
-from actors.recorder_signal import open_media_client
+from actors.audit.invariants import Thresholds
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.leases.lock_keeper import CycleContext
+from actors.outbox.queries import OUTBOX_QUERIES
+from actors.reaper.cycle import ReaperJob, run_reaper_cycle
+from actors.reaper.queries import REAPER_QUERIES
+from actors.reaper.recorder_signal import open_media_client
 from bench._measure import tree_cpu
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
+from supervision.app.queries import ALL_QUERIES
 from supervision.config import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
-from supervision.queries import QUERIES
 from tests.chaos.daemon import Daemon, daemon_config
 from tests.messenger import PREFIX
 
@@ -121,13 +124,14 @@ def finalize_queries() -> list[tuple[str, str, dict[str, Any]]]:
              "sla": 1800.0, "recheck": 1.0, "backoff_base": 0.2, "backoff_factor": 2.0,
              "backoff_cap": 1.0, "backoff_jitter": 0.1}
     return [
-        ("claim_due", QUERIES["finalize_attempts_claim_due"], {**claim, "s3_down": False}),
-        ("claim_due s3_down", QUERIES["finalize_attempts_claim_due"],
+        ("claim_due", FINALIZE_QUERIES["finalize_attempts_claim_due"], {**claim, "s3_down": False}),
+        ("claim_due s3_down", FINALIZE_QUERIES["finalize_attempts_claim_due"],
          {**claim, "s3_down": True}),
-        ("known_present", QUERIES["finalize_attempts_known_present"], {"limit": 3}),
-        ("gauge finalize_stats", QUERIES["finalize_attempts_stats"], {}),
-        ("gauge slo_recordings", QUERIES["slo_recordings"], {"sla": 1800.0, "interval": 1.0}),
-        ("gauge outbox_stats", QUERIES["outbox_stats"], {}),
+        ("known_present", FINALIZE_QUERIES["finalize_attempts_known_present"], {"limit": 3}),
+        ("gauge finalize_stats", FINALIZE_QUERIES["finalize_attempts_stats"], {}),
+        ("gauge slo_recordings", FINALIZE_QUERIES["slo_recordings"],
+         {"sla": 1800.0, "interval": 1.0}),
+        ("gauge outbox_stats", OUTBOX_QUERIES["outbox_stats"], {}),
         *audit_queries(AUDIT_RECORDINGS),
     ]
 
@@ -151,7 +155,7 @@ def audit_queries(names: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]
                                          "max_run_duration")},
                  "conference_reaper": {"polling_interval": "1s"}}})
     params = Thresholds.from_config(cfg).params()
-    return [(name.replace("audit_", "audit "), QUERIES[name], params) for name in names]
+    return [(name.replace("audit_", "audit "), ALL_QUERIES[name], params) for name in names]
 
 
 def reaper_queries() -> list[tuple[str, str, dict[str, Any]]]:
@@ -160,9 +164,9 @@ def reaper_queries() -> list[tuple[str, str, dict[str, Any]]]:
     for name, window in (("empty_room", REAPER["empty_room_grace"]),
                          ("provision_timeout", REAPER["provision_timeout"]),
                          ("stale_live", REAPER["stale_live_timeout"])):
-        out.append((f"claim {name}", QUERIES[f"conference_sessions_claim_{name}"],
+        out.append((f"claim {name}", ALL_QUERIES[f"conference_sessions_claim_{name}"],
                     {"as_of": now, "window": window, "batch_size": REAPER["batch_size"]}))
-    out.append(("gauge active_backlog", QUERIES["conference_sessions_active_backlog"],
+    out.append(("gauge active_backlog", REAPER_QUERIES["conference_sessions_active_backlog"],
                 {k: REAPER[k] for k in ("empty_room_grace", "provision_timeout",
                                         "stale_live_timeout")}))
     out += audit_queries(AUDIT_CONFERENCES)

@@ -1,4 +1,5 @@
-"""Named SQL, loaded once from ``supervision/sql/queries/*.sql``.
+"""Named SQL, loaded once: the runtime's from ``supervision/sql/queries/*.sql``, each job's
+from its own package (``actors/<job>/sql/*.sql``, through :func:`load_queries`).
 
 Each file holds the queries of one table under ``-- name: <table>_<verb> --`` headers
 (procrastinate's convention); code calls them by name and never builds SQL strings:
@@ -16,10 +17,11 @@ from typing import LiteralString
 _HEADER = re.compile(r"^-- name: ([a-z0-9_]+) --\s*$", re.MULTILINE)
 
 
-def _load() -> dict[str, LiteralString]:
+def load_queries(package: str, *folder: str) -> dict[str, LiteralString]:
+    """Every named query of the ``.sql`` files in *package*'s folder (default ``sql``)."""
     queries: dict[str, LiteralString] = {}
-    folder = resources.files("supervision") / "sql" / "queries"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+    place = resources.files(package).joinpath(*(folder or ("sql",)))
+    for entry in sorted(place.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         chunks = _HEADER.split(entry.read_text(encoding="utf-8"))
@@ -32,4 +34,4 @@ def _load() -> dict[str, LiteralString]:
     return queries
 
 
-QUERIES: dict[str, LiteralString] = _load()
+QUERIES: dict[str, LiteralString] = load_queries("supervision", "sql", "queries")

@@ -55,6 +55,7 @@ import structlog
 import trio
 
 from actors.s3.credentials import CredentialSource, CredentialsUnavailable
+from actors.s3.metrics import S3_WORKER_STARTS
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Transient
 from actors.s3.wire import (
     OP_BUCKET,
@@ -70,7 +71,6 @@ from actors.s3.wire import (
 )
 from supervision.config import S3Config
 from supervision.errors import WireError
-from supervision.metrics import S3_WORKER_STARTS
 
 log = structlog.get_logger("s3_worker")
 

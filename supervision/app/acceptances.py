@@ -4,7 +4,7 @@
 Accepted(accepted_at=..., accepted_until=..., accepted_by='ops@host', reason='INC-42')
 
 recording-finalize withholds a Missing (Failed/Timeout) verdict when nothing shows that
-its configuration points where the binaries are (issue #25, ``actors.finalize_evidence``).
+its configuration points where the binaries are (issue #25, ``actors.finalize.evidence``).
 When the operator has checked that the incident is genuine — nothing was ever uploaded
 under the prefix, e.g. the recorder failed on a fresh install — this records, in
 ``safetynet.missing_verdict_acceptances`` (migration 0013), that 404s under this bucket
@@ -20,7 +20,7 @@ import datetime as dt
 import attrs
 import psycopg
 
-from supervision.queries import QUERIES
+from actors.finalize.queries import FINALIZE_QUERIES
 
 MAX_ACCEPT = 24 * 3600.0  # an acceptance is for an incident, not a standing setting
 
@@ -39,7 +39,7 @@ def accept_missing(conn: psycopg.Connection, bucket: str, key_prefix: str, secon
     (replacing an acceptance already there)."""
     if not 0 < seconds <= MAX_ACCEPT:
         raise ValueError(f"must be > 0 and <= {MAX_ACCEPT / 3600:g}h, got {seconds:g}s")
-    row = conn.execute(QUERIES["missing_verdict_acceptances_put"], {
+    row = conn.execute(FINALIZE_QUERIES["missing_verdict_acceptances_put"], {
         "bucket": bucket, "key_prefix": key_prefix, "reason": reason, "seconds": seconds,
         "accepted_by": by}).fetchone()
     assert row is not None
@@ -50,7 +50,7 @@ def revoke_missing(conn: psycopg.Connection, bucket: str, key_prefix: str
                    ) -> Accepted | None:
     """End the acceptance for *bucket*/*key_prefix*: the one it ended while in force,
     else None."""
-    row = conn.execute(QUERIES["missing_verdict_acceptances_revoke"],
+    row = conn.execute(FINALIZE_QUERIES["missing_verdict_acceptances_revoke"],
                        {"bucket": bucket, "key_prefix": key_prefix}).fetchone()
     if row is None or not row[0]:
         return None

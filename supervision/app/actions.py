@@ -24,11 +24,13 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.lock_keeper import JobPause
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.leases.lock_keeper import JobPause
+from actors.outbox.queries import OUTBOX_QUERIES
+from actors.reaper.queries import REAPER_QUERIES
 from supervision.app import acceptances, runbook
 from supervision.app.pauses import Paused, pause_job, resume_job
 from supervision.app.trail import Actor, Verb, record_action
-from supervision.queries import QUERIES
 
 Row = TypeVar("Row", runbook.Requeued | runbook.Released, runbook.Replayed)
 
@@ -74,7 +76,7 @@ def requeue_snapshot(conn: psycopg.Connection, who: Actor, attempt_ids: Sequence
     operator saw); the others are skipped."""
     ids = _uuids(attempt_ids)
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(QUERIES["finalize_attempts_lookup"], {"ids": ids}).fetchall()
+        rows = cur.execute(FINALIZE_QUERIES["finalize_attempts_lookup"], {"ids": ids}).fetchall()
         still = sorted(str(r["id"]) for r in rows
                        if str(r["id"]) in ids and r["status"] == status)
         skipped = [i for i in attempt_ids if _norm(i) not in still]
@@ -90,7 +92,7 @@ def release_snapshot(conn: psycopg.Connection, who: Actor, conference_ids: Seque
     """Release the poison conferences *conference_ids* still remembered as poison."""
     ids = _uuids(conference_ids)
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(QUERIES["conference_poison_lookup"],
+        rows = cur.execute(REAPER_QUERIES["conference_poison_lookup"],
                            {"ids": ids, "all": False}).fetchall()
         still = sorted(str(r["conference_id"]) for r in rows)
         skipped = [i for i in conference_ids if _norm(i) not in still]
@@ -125,7 +127,8 @@ def replay_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[s
     replayed dead letter no longer blocks its key: the later rows of the key follow it."""
     numbers = sorted({n for n in map(_outbox_id, outbox_ids) if n is not None})
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(QUERIES["outbox_dead_letters_lookup"], {"ids": numbers}).fetchall()
+        rows = cur.execute(OUTBOX_QUERIES["outbox_dead_letters_lookup"],
+                           {"ids": numbers}).fetchall()
         still = [str(r["outbox_id"]) for r in rows]
         skipped = [i for i in outbox_ids if str(_outbox_id(i)) not in still]
         changed = runbook.replay(conn, still) if still else []

@@ -8,7 +8,7 @@
 
 Three parts, each bounded, each judged or reported as not judged:
 
-* the SQL invariants of :mod:`actors.invariants` on a read-only session
+* the SQL invariants of :mod:`actors.audit.invariants` on a read-only session
   (``default_transaction_read_only``) with the daemon's statement/lock timeouts
   (:func:`supervision.pgconn.conninfo`) and its client-side deadline;
 * ``failed_with_object``: at most ``audit.s3_sample`` recent Failed recordings HEADed
@@ -16,7 +16,7 @@ Three parts, each bounded, each judged or reported as not judged:
 * with ``kafka=True``, the topics read from the offsets of the window's start to their
   current end (at most ``audit.kafka_max_messages``, ``audit.kafka_max_bytes``,
   ``audit.kafka_timeout``) and judged
-  against the outbox by :func:`actors.audit_ledger.check_ledger`.
+  against the outbox by :func:`actors.audit.ledger.check_ledger`.
 
 The window never reaches back beyond ``outbox_relay.retention`` (less a margin for the
 Kafka read): a published row pruned by retention is neither missing nor "unknown".
@@ -33,8 +33,7 @@ import psycopg
 import trio
 from psycopg.rows import dict_row
 
-from actors.audit_ledger import TOPICS, Ledger, OutboxRow, check_ledger, read_window
-from actors.invariants import (
+from actors.audit.invariants import (
     CHEAP,
     KAFKA,
     Invariant,
@@ -44,12 +43,13 @@ from actors.invariants import (
     judge_database,
     summary,
 )
+from actors.audit.ledger import TOPICS, Ledger, OutboxRow, check_ledger, read_window
+from actors.audit.queries import AUDIT_QUERIES
 from actors.s3.objectstore import Found, Missing, Poison
 from actors.s3.process import open_object_store
 from supervision.config import Config
 from supervision.errors import SafetynetError
 from supervision.pgconn import client_deadline, connect, conninfo
-from supervision.queries import QUERIES
 
 EXIT_CLEAN, EXIT_UNJUDGED, EXIT_VIOLATED = 0, 1, 2
 KAFKA_MARGIN_S = 600.0  # the read starts this much inside the retention horizon
@@ -85,11 +85,11 @@ def run_audit(cfg: Config, window_s: float, kafka: bool) -> Report:
     try:
         with connect(conninfo(cfg.postgres, "safetynet-audit"),
                      client_deadline(cfg.postgres)) as conn:
-            conn.execute(QUERIES["audit_read_only"])
+            conn.execute(AUDIT_QUERIES["audit_read_only"])
             violations += judge_database(conn, th)
             judged += CHEAP
             failed = failed_sample(conn, th, cfg.audit.s3_sample)
-            now_row = conn.execute(QUERIES["audit_db_now"]).fetchone()
+            now_row = conn.execute(AUDIT_QUERIES["audit_db_now"]).fetchone()
     except psycopg.Error as exc:
         return Report(violations, judged, [f"postgres: {type(exc).__name__}"])
     assert now_row is not None
@@ -166,7 +166,7 @@ def outbox_rows(cfg: Config, ledger: Ledger, window: float, read_at: dt.datetime
               "judged": max(0.0, window - CLOCK_MARGIN_S), "read_at": read_at}
     with connect(conninfo(cfg.postgres, "safetynet-audit"), client_deadline(cfg.postgres)
                  ) as conn, conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(QUERIES["audit_read_only"])
+        cur.execute(AUDIT_QUERIES["audit_read_only"])
         return [OutboxRow(r["id"], r["topic"], r["message_key"], r["dedupe_key"], r["payload"],
                           r["published"], bool(r["judged"]))
-                for r in cur.execute(QUERIES["audit_outbox_by_subjects"], params)]
+                for r in cur.execute(AUDIT_QUERIES["audit_outbox_by_subjects"], params)]

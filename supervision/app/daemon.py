@@ -10,8 +10,8 @@ from typing import Any
 
 import structlog
 
-from actors.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_locked_cycle
-from actors.outbox_relay import run_relay_until_drained
+from actors.leases.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_locked_cycle
+from actors.outbox.relay import run_relay_until_drained
 from supervision.app.reload import reloader
 from supervision.app.resources import open_resource_set
 from supervision.app.schema_gate import check_job, schema_gate

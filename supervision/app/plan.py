@@ -17,8 +17,8 @@ from typing import Any
 import trio
 from psycopg.rows import dict_row
 
-from actors.finalize_evidence import gather_evidence
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
+from actors.envelope import TOPIC_RECORDING_AVAILABLE
+from actors.finalize.evidence import gather_evidence
 from actors.s3.objectstore import Fault, HeadOutcome, Transient
 from actors.s3.process import open_object_store
 from supervision.app.plan_items import (
@@ -31,9 +31,9 @@ from supervision.app.plan_items import (
     outbox_item,
     storage_down_item,
 )
+from supervision.app.queries import ALL_QUERIES
 from supervision.config import Config
 from supervision.pgconn import connect, conninfo
-from supervision.queries import QUERIES
 
 __all__ = ["PlanItem", "plan"]
 BREAKER_THRESHOLD = 5  # FinalizeJob's default: consecutive transient HEADs open it
@@ -41,7 +41,7 @@ BREAKER_THRESHOLD = 5  # FinalizeJob's default: consecutive transient HEADs open
 
 def _rows(dsn: str, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     with connect(dsn, None) as conn, conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(QUERIES[query], params).fetchall()
+        return cur.execute(ALL_QUERIES[query], params).fetchall()
 
 
 async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
@@ -61,7 +61,7 @@ async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
 
 
 class _ReadOnly:
-    """What :func:`~actors.finalize_evidence.gather_evidence` needs of a database: its
+    """What :func:`~actors.finalize.evidence.gather_evidence` needs of a database: its
     reads, one connection each, in a thread."""
 
     def __init__(self, dsn: str) -> None:

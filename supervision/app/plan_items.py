@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from actors.finalize_evidence import (
+from actors.finalize.evidence import (
     CONTENT_TYPE_FAULT,
     CONTENT_TYPE_FAULT_MIN,
     NO_EVIDENCE,

@@ -38,8 +38,8 @@ import httpx
 import structlog
 import trio
 
-from actors.kafka_producer import KafkaProducer
-from actors.recorder_signal import open_media_client
+from actors.kafka.producer import KafkaProducer
+from actors.reaper.recorder_signal import open_media_client
 from actors.s3.objectstore import ObjectStore
 from actors.s3.process import open_object_store
 from supervision.app.tree import Resources

@@ -18,11 +18,14 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.finalize_store import stats as finalize_stats
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.finalize.store import stats as finalize_stats
+from actors.outbox.queries import OUTBOX_QUERIES
+from actors.reaper.queries import REAPER_QUERIES
 from supervision.app.pauses import paused_jobs
+from supervision.app.queries import ALL_QUERIES
 from supervision.config import Config
 from supervision.errors import SafetynetError
-from supervision.queries import QUERIES
 
 
 @attrs.frozen
@@ -60,19 +63,19 @@ def status(conn: psycopg.Connection, cfg: Config, outbox_query: str = "outbox_st
     rf, cr = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper
     current = finalize_stats(conn)
     with conn.cursor(row_factory=dict_row) as cur:
-        slo = cur.execute(QUERIES["slo_recordings"], {
+        slo = cur.execute(FINALIZE_QUERIES["slo_recordings"], {
             "sla": rf.finalize_sla_timeout, "interval": rf.polling_interval}).fetchone()
-        quarantined = cur.execute(QUERIES["finalize_attempts_quarantined_list"],
+        quarantined = cur.execute(FINALIZE_QUERIES["finalize_attempts_quarantined_list"],
                                   {"limit": 20}).fetchall()
-        outbox = cur.execute(QUERIES[outbox_query]).fetchone()
+        outbox = cur.execute(ALL_QUERIES[outbox_query]).fetchone()
         windows = {"empty_room_grace": cr.empty_room_grace,
                    "provision_timeout": cr.provision_timeout,
                    "stale_live_timeout": cr.stale_live_timeout}
-        backlog = cur.execute(QUERIES["conference_sessions_active_backlog"], windows
+        backlog = cur.execute(REAPER_QUERIES["conference_sessions_active_backlog"], windows
                               ).fetchone()
-        overdue = cur.execute(QUERIES["conference_sessions_active_backlog"], {
+        overdue = cur.execute(REAPER_QUERIES["conference_sessions_active_backlog"], {
             k: v + cr.polling_interval for k, v in windows.items()}).fetchone()
-        poisoned = cur.execute(QUERIES["conference_poison_list"], {"limit": 20}).fetchall()
+        poisoned = cur.execute(REAPER_QUERIES["conference_poison_list"], {"limit": 20}).fetchall()
     assert slo is not None and outbox is not None and backlog is not None
     assert overdue is not None
     overdue_n = int(next(iter(overdue.values())))
@@ -140,20 +143,21 @@ def requeue(conn: psycopg.Connection, ids: list[str], all_quarantined: bool,
     valid = [i for i in ids if _is_uuid(i)]
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         if all_quarantined:
-            rows = cur.execute(QUERIES["finalize_attempts_quarantined_ids"]).fetchall()
+            rows = cur.execute(FINALIZE_QUERIES["finalize_attempts_quarantined_ids"]).fetchall()
         else:
-            rows = cur.execute(QUERIES["finalize_attempts_lookup"], {"ids": valid}).fetchall()
-        poison = cur.execute(QUERIES["conference_poison_lookup"], {
+            rows = cur.execute(FINALIZE_QUERIES["finalize_attempts_lookup"],
+                               {"ids": valid}).fetchall()
+        poison = cur.execute(REAPER_QUERIES["conference_poison_lookup"], {
             "ids": valid, "all": all_poisoned}).fetchall()
         known = ({str(r["id"]) for r in rows} | {str(r["recording_id"]) for r in rows}
                  | {str(p["conference_id"]) for p in poison})
         unknown = [i for i in ids if i not in valid or str(uuid.UUID(i)) not in known]
         if unknown:
             raise UnknownIds(unknown)
-        cur.execute(QUERIES["finalize_attempts_requeue"], {"ids": [r["id"] for r in rows]})
+        cur.execute(FINALIZE_QUERIES["finalize_attempts_requeue"], {"ids": [r["id"] for r in rows]})
         # a person acted: the rows' automatic redrives start again from 0
-        cur.execute(QUERIES["finalize_redrives_forget"], {"ids": [r["id"] for r in rows]})
-        cur.execute(QUERIES["conference_poison_release"], {
+        cur.execute(FINALIZE_QUERIES["finalize_redrives_forget"], {"ids": [r["id"] for r in rows]})
+        cur.execute(REAPER_QUERIES["conference_poison_release"], {
             "ids": [p["conference_id"] for p in poison]})
     return [*(Requeued(str(r["id"]), str(r["recording_id"]), r["status"], r["attempts"],
                        r["last_error"]) for r in rows),
@@ -183,7 +187,7 @@ class DeadLetters:
 def dead_letters(conn: psycopg.Connection, limit: int) -> DeadLetters:
     """The *limit* newest dead letters, each with whether it still blocks its key."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(QUERIES["outbox_dead_letters_list"], {"limit": limit}).fetchall()
+        rows = cur.execute(OUTBOX_QUERIES["outbox_dead_letters_list"], {"limit": limit}).fetchall()
         total = rows[0]["total"] if rows else 0
     return DeadLetters(int(total), [
         {k: (str(v) if k == "created_at" else v) for k, v in row.items() if k != "total"}
@@ -203,13 +207,14 @@ def replay(conn: psycopg.Connection, ids: list[str]) -> list[Replayed]:
     all-or-nothing: an id that is not a dead letter raises UnknownIds."""
     numbers = sorted({int(i) for i in ids if i.isdigit() and len(i) < 19})
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(QUERIES["outbox_dead_letters_lookup"], {"ids": numbers}).fetchall()
+        rows = cur.execute(OUTBOX_QUERIES["outbox_dead_letters_lookup"],
+                           {"ids": numbers}).fetchall()
         known = {str(r["outbox_id"]) for r in rows}
         unknown = [i for i in ids if not (i.isdigit() and str(int(i)) in known)]
         if unknown:
             raise UnknownIds(unknown)
-        cur.execute(QUERIES["outbox_dead_letters_replay"], {"ids": numbers})
-        cur.execute(QUERIES["outbox_wake_relays"])  # delivered at commit
+        cur.execute(OUTBOX_QUERIES["outbox_dead_letters_replay"], {"ids": numbers})
+        cur.execute(OUTBOX_QUERIES["outbox_wake_relays"])  # delivered at commit
     return [Replayed(int(r["outbox_id"]), r["reason"], bool(r["row_gone"])) for r in rows]
 
 
@@ -220,5 +225,5 @@ def purge_dead_letters_batch(conn: psycopg.Connection, older_than: float, limit:
     stay); the outbox ids purged. ``safetynet dead-letters --purge`` runs it a batch per
     transaction (:func:`supervision.app.actions.purge_dead_letters`), as the relay's
     retention does."""
-    return [int(r[0]) for r in conn.execute(QUERIES["outbox_dead_letters_purge"], {
+    return [int(r[0]) for r in conn.execute(OUTBOX_QUERIES["outbox_dead_letters_purge"], {
         "retention": older_than, "limit": limit}).fetchall()]

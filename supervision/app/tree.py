@@ -9,10 +9,9 @@
     ├── outbox                              rest_for_one
     │   ├── outbox-listener                 permanent   LISTEN → wake the relay (wakeup=notify)
     │   └── lock-keeper:outbox-relay        permanent   cycles: claim → Kafka waves → mark
-    ├── jobs                                one_for_one
-    │   ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
-    │   └── lock-keeper:conference-reaper   permanent   cycles: 3 phases → recorder signals
-    └── auditor                             permanent   SQL invariants every audit.interval
+    └── jobs                                one_for_one
+        ├── lock-keeper:recording-finalize  permanent   cycles: claimer → S3 pool → committers
+        └── lock-keeper:conference-reaper   permanent   cycles: 3 phases → recorder signals
 
 Resources shared by the actors (the asyncio bridge, the PostgreSQL pool, the S3 client,
 the Kafka producer, the relay's wake-up) are opened by :mod:`supervision.app.daemon` before the
@@ -28,24 +27,21 @@ import attrs
 import httpx
 import psycopg
 
-from actors.auditor import serve_auditor
-from actors.conference_reaper import ReaperJob, run_reaper_cycle
-from actors.gauge_refresher import (
-    DEFAULT_REFRESHES,
-    Refresh,
-    refresh_reaper_backlog,
-    refresh_recording_slo,
-    serve_gauge_refresher,
-)
-from actors.invariants import Thresholds
-from actors.kafka_producer import KafkaProducer
-from actors.lock_keeper import LockedJob, serve_lock_keeper
+from actors.audit.auditor import serve_auditor
+from actors.audit.invariants import Thresholds
+from actors.finalize.cycle import FinalizeJob, run_finalize_cycle
+from actors.finalize.gauges import refresh_finalize, refresh_recording_slo
+from actors.gauge_refresher import Refresh, serve_gauge_refresher
+from actors.kafka.producer import KafkaProducer
+from actors.leases.lock_keeper import LockedJob, serve_lock_keeper
+from actors.leases.scan_leader import scan_lease, serve_scan_leader
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
-from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
-from actors.outbox_relay import RelayCounts, RelayJob, relay_idle, run_relay_cycle
-from actors.recording_finalize import FinalizeJob, run_finalize_cycle
+from actors.outbox.gauges import refresh_notification_queue, refresh_outbox
+from actors.outbox.listener import APPLICATION_NAME, serve_outbox_listener
+from actors.outbox.relay import RelayCounts, RelayJob, relay_idle, run_relay_cycle
+from actors.reaper.cycle import ReaperJob, run_reaper_cycle
+from actors.reaper.gauges import refresh_reaper_backlog
 from actors.s3.objectstore import ObjectStore
-from actors.scan_leader import scan_lease, serve_scan_leader
 from supervision.config import Config
 from supervision.database import Database
 from supervision.metrics import LEADER_GAUGES
@@ -114,7 +110,7 @@ def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
 def refreshes(res: Resources) -> list[Refresh]:
     """The database-derived gauges, each one cheap query."""
     rf = res.cfg.jobs.recording_finalize
-    return [*DEFAULT_REFRESHES,
+    return [refresh_finalize, refresh_outbox, refresh_notification_queue,
             partial(refresh_recording_slo, sla=rf.finalize_sla_timeout,
                     interval=rf.polling_interval),
             partial(refresh_reaper_backlog, cfg=res.cfg.jobs.conference_reaper)]
@@ -150,7 +146,7 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
         ChildSpec("metrics-exporter",
                   partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
                   Restart.PERMANENT, shutdown=1.0),
-        # database-wide reads on one replica at a time (actors/scan_leader.py)
+        # database-wide reads on one replica at a time (actors/leases/scan_leader.py)
         ChildSpec(f"scan-leader:{lease.name}",
                   partial(serve_scan_leader, lease, lock_dsn,
                           partial(serve_supervisor, scan_tree), deadline=deadline),

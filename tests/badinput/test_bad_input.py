@@ -24,7 +24,7 @@ import tomli_w
 import trio
 from structlog.testing import capture_logs
 
-from actors.kafka_producer import KafkaProducer
+from actors.kafka.producer import KafkaProducer
 from supervision.app import resources
 from supervision.health import HEALTH
 from tests.badinput.cases import CASES, Case, Job, Read

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import psycopg
 
-from actors.finalize_store import event_id
+from actors.envelope import event_id
 from supervision.app.daemon import run_once
 from supervision.config import Config
 from supervision.dev.stack import KafkaServer, S3Server

@@ -7,8 +7,8 @@ Run after the faults stopped and a quiet period. On a live database::
 
 prints one line per violation and exits 1 if there is any (0 and "ok" otherwise).
 
-The judgement is the shipped auditor's (:mod:`actors.invariants`,
-:mod:`actors.audit_ledger`, run by ``safetynet audit``) over every row, without its
+The judgement is the shipped auditor's (:mod:`actors.audit.invariants`,
+:mod:`actors.audit.ledger`, run by ``safetynet audit``) over every row, without its
 production age bounds; this module adds the ground truth only a test has (which objects
 were uploaded, a consumer ledger read from the start) and the state digest.
 
@@ -46,9 +46,9 @@ from typing import Any
 import attrs
 import psycopg
 
-from actors.audit_ledger import OutboxRow
-from actors.audit_ledger import check_ledger as judge_ledger
-from actors.invariants import Invariant, Thresholds, Violation, failed_sample, judge_database
+from actors.audit.invariants import Invariant, Thresholds, Violation, failed_sample, judge_database
+from actors.audit.ledger import OutboxRow
+from actors.audit.ledger import check_ledger as judge_ledger
 from supervision.durations import parse_duration
 from tests.chaos.ledger import Ledger, read_ledger
 

@@ -12,7 +12,7 @@ import attrs
 import psycopg
 import pytest
 
-from actors.finalize_store import event_id
+from actors.envelope import event_id
 from supervision.dev.stack import KafkaServer, S3Server, free_ports
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.chaos.daemon import Daemons, ProxyThread, scalar

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Collection, Iterable
 
-from actors.audit_ledger import TOPICS, Entry, Ledger, entry_of
+from actors.audit.ledger import TOPICS, Entry, Ledger, entry_of
 
 __all__ = ["TOPICS", "Entry", "Ledger", "Offsets", "end_offsets", "read_ledger"]
 

@@ -16,8 +16,7 @@ import attrs
 import psycopg
 import pytest
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
-from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
+from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE, event_id
 from supervision.dev.stack import KafkaServer, S3Server
 from tests.chaos.checker import Violation, check, summary
 from tests.chaos.conftest import LIMITS, Run

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.invariants import Invariant
+from actors.audit.invariants import Invariant
 from supervision.dev.stack import S3Server
 from tests.chaos.conftest import ProxiedKafka, Run
 from tests.chaos.daemon import (

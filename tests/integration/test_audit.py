@@ -17,11 +17,11 @@ import tomli_w
 import trio
 from prometheus_client import REGISTRY
 
-from actors.auditor import serve_auditor
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
-from actors.invariants import Thresholds
+from actors.audit.auditor import serve_auditor
+from actors.audit.invariants import Thresholds
+from actors.envelope import TOPIC_RECORDING_AVAILABLE
+from supervision.app.queries import ALL_QUERIES
 from supervision.database import open_database
-from supervision.queries import QUERIES
 from tests.messenger import insert_call_session, insert_recording
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +182,7 @@ def test_audit_query_reads_every_table_through_an_index(
     params = {**Thresholds(window_s=3600, retention_s=7 * 86400, grace_s=300).params(),
               "window": 3600.0}
     plan = "\n".join(r[0] for r in conn.execute(
-        b"EXPLAIN " + QUERIES[name].encode(), params).fetchall())
+        b"EXPLAIN " + ALL_QUERIES[name].encode(), params).fetchall())
     seq = [line.strip() for line in plan.splitlines()
            if "Seq Scan" in line and any(t in line for t in AUDITED_TABLES)]
     assert seq == [], plan

@@ -16,11 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
-from actors.invariants import Thresholds
-from actors.reaper_messages import EMPTY_ROOM
-from actors.reaper_store import reap_params
-from supervision.queries import QUERIES
+from actors.audit.invariants import Thresholds
+from actors.envelope import TOPIC_RECORDING_AVAILABLE
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.reaper.messages import EMPTY_ROOM
+from actors.reaper.store import reap_params
+from supervision.app.queries import ALL_QUERIES
 
 ROWS = 20_000
 SEED = """
@@ -93,7 +94,7 @@ def analyze(conn: psycopg.Connection, name: str, params: dict[str, Any]) -> str:
     """The named query's plan as run (EXPLAIN ANALYZE, BUFFERS); its writes stay in the
     open transaction for the caller to look at and roll back."""
     return "\n".join(r[0] for r in conn.execute(
-        b"EXPLAIN (ANALYZE, BUFFERS) " + QUERIES[name].encode(), params).fetchall())
+        b"EXPLAIN (ANALYZE, BUFFERS) " + ALL_QUERIES[name].encode(), params).fetchall())
 
 
 def buffers(plan: str) -> int:
@@ -142,7 +143,7 @@ def test_claims_and_gauges_read_no_messenger_table_whole_at_a_backlog(backlog: s
     with psycopg.connect(backlog) as conn:
         for label, name, params in queries():
             plan = "\n".join(r[0] for r in conn.execute(
-                b"EXPLAIN " + QUERIES[name].encode(), params).fetchall())
+                b"EXPLAIN " + ALL_QUERIES[name].encode(), params).fetchall())
             conn.rollback()
             offenders += [f"{label}: {line.strip()}" for line in plan.splitlines()
                           if "Seq Scan" in line and any(f" {t} " in line for t in TABLES)]
@@ -161,7 +162,7 @@ def test_the_auditor_stops_at_its_limit_at_a_backlog_past_the_slo(backlog: str) 
     with psycopg.connect(backlog) as conn:
         for name in AUDIT_ACTIVE:
             plan = analyze(conn, name, params)
-            assert conn.execute(QUERIES[name], params).rowcount == 10, plan
+            assert conn.execute(ALL_QUERIES[name], params).rowcount == 10, plan
             read[name] = buffers(plan)
             table = SCANNED[name]  # (the recordings' lateral probes of rooms are by key)
             through |= {(index, table) for index in re.findall(
@@ -282,7 +283,7 @@ def test_a_claim_and_its_group_commit_handle_only_the_batch_under_empty_table_st
              "backoff_jitter": 0.1, "s3_down": False}
     largest = {}
     with psycopg.connect(db_dsn) as conn:
-        conn.execute(QUERIES["finalize_attempts_claim_plan"])
+        conn.execute(FINALIZE_QUERIES["finalize_attempts_claim_plan"])
         plan = analyze(conn, "finalize_attempts_claim_due", claim)
         claimed = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
                                " WHERE attempts = 1").fetchone()

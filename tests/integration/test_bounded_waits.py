@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import trio
 
-from actors.lock_keeper import CycleContext, LockConnection, LockedJob, serve_lock_keeper
+from actors.leases.lock_keeper import CycleContext, LockConnection, LockedJob, serve_lock_keeper
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import DatabaseBusy, InfrastructureError

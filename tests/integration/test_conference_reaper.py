@@ -17,23 +17,23 @@ import structlog
 import trio
 from prometheus_client import REGISTRY
 
-from actors.conference_reaper import ReaperCounts, ReaperJob, run_reaper_cycle
-from actors.finalize_store import event_id
-from actors.lock_keeper import (
+from actors.envelope import TOPIC_CONFERENCE_ENDED, event_id
+from actors.leases.lock_keeper import (
     CycleContext,
     LockConnection,
     LockedJob,
     run_locked_cycle,
     serve_lock_keeper,
 )
-from actors.reaper_messages import TOPIC_CONFERENCE_ENDED
-from actors.recorder_signal import open_media_client
+from actors.reaper.cycle import ReaperCounts, ReaperJob, run_reaper_cycle
+from actors.reaper.queries import REAPER_QUERIES
+from actors.reaper.recorder_signal import open_media_client
+from supervision.app.queries import ALL_QUERIES
 from supervision.app.runbook import Released, requeue
 from supervision.app.runbook import status as read_status
 from supervision.config import Config
 from supervision.database import Database, open_database
 from supervision.errors import InfrastructureError
-from supervision.queries import QUERIES
 from supervision.shielding import StopGuard, WorkAbandoned, guarded_by
 from tests.conftest import make_config
 from tests.media_stub import MediaStub, media_stub  # noqa: F401  (fixture)
@@ -840,7 +840,7 @@ def test_claims_can_use_the_partial_index(
     insert_conference(conn)
     with conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
-        plan = conn.execute("EXPLAIN " + QUERIES[query], {
+        plan = conn.execute("EXPLAIN " + ALL_QUERIES[query], {
             "as_of": db_now(conn), "window": 90.0, "batch_size": 100}).fetchall()
     assert index in "\n".join(r[0] for r in plan)
 
@@ -973,7 +973,7 @@ def test_poison_back_off_doubles_per_failure_up_to_the_cap(conn: psycopg.Connect
     as_of = db_now(conn)
     delays = []
     for _ in range(4):
-        conn.execute(QUERIES["conference_poison_record"], {
+        conn.execute(REAPER_QUERIES["conference_poison_record"], {
             "ids": [cid], "reasons": ["started_after_as_of"], "phase": "empty-room",
             "as_of": as_of, "interval": 30.0, "cap": 200.0})
         (next_at,) = conn.execute("SELECT next_attempt_at FROM safetynet.conference_poison"
@@ -981,7 +981,7 @@ def test_poison_back_off_doubles_per_failure_up_to_the_cap(conn: psycopg.Connect
         delays.append((next_at - as_of).total_seconds())
     assert delays == [60.0, 120.0, 200.0, 200.0]
     conn.execute("UPDATE safetynet.conference_poison SET failures = 2000000000")
-    conn.execute(QUERIES["conference_poison_record"], {
+    conn.execute(REAPER_QUERIES["conference_poison_record"], {
         "ids": [cid], "reasons": ["x"], "phase": "empty-room", "as_of": as_of,
         "interval": 30.0, "cap": 200.0})
     assert poison_rows(conn)[cid] == ("empty-room", 2000000001, "x")

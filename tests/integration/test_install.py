@@ -15,6 +15,7 @@ import pytest
 import tomli_w
 from psycopg import sql
 
+from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
 from supervision.migrate import Options, apply_messenger_fixture, grant, migrate
 from supervision.queries import QUERIES
@@ -296,7 +297,7 @@ def test_retention_deletes_are_found_through_the_published_index(db_dsn: str) ->
         conn.execute("ANALYZE messenger.integration_outbox")
         plan = conn.execute(
             sql.SQL("EXPLAIN (FORMAT JSON) {}").format(
-                sql.SQL(QUERIES["outbox_delete_published_before"])),
+                sql.SQL(OUTBOX_QUERIES["outbox_delete_published_before"])),
             {"retention": 7 * 86400, "limit": 1000}).fetchone()
     assert plan is not None
     text = json.dumps(plan[0])

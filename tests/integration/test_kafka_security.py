@@ -14,8 +14,8 @@ import structlog
 import trio
 from aiokafka.helpers import create_ssl_context
 
-from actors.lock_keeper import CycleContext
-from actors.outbox_relay import run_relay_cycle
+from actors.leases.lock_keeper import CycleContext
+from actors.outbox.relay import run_relay_cycle
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job
 from supervision.config import Config

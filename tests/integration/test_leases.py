@@ -10,7 +10,7 @@ import pytest
 import structlog
 import trio
 
-from actors.lock_keeper import (
+from actors.leases.lock_keeper import (
     CycleContext,
     CycleStatus,
     Lease,

@@ -12,9 +12,9 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 
-from actors.conference_reaper import ReaperCounts, ReaperJob, run_reaper_cycle
-from actors.lock_keeper import CycleContext
-from actors.recorder_signal import open_media_client
+from actors.leases.lock_keeper import CycleContext
+from actors.reaper.cycle import ReaperCounts, ReaperJob, run_reaper_cycle
+from actors.reaper.recorder_signal import open_media_client
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.health import HEALTH

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 from prometheus_client import REGISTRY
 
-from actors.gauge_refresher import refresh_notification_queue
+from actors.outbox.gauges import refresh_notification_queue
 
 
 def usage() -> float | None:

@@ -21,11 +21,11 @@ import tomli_w
 import trio
 from aiokafka import AIOKafkaProducer
 
-from actors.audit_ledger import read_window
+from actors.audit.ledger import read_window
+from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.app.daemon import run_once
 from supervision.config import Config
 from supervision.dev.stack import KafkaServer, S3Server
-from supervision.queries import QUERIES
 from tests.cli import ROOT
 from tests.conftest import make_config
 from tests.faults import refuse_batches_over
@@ -162,7 +162,7 @@ def test_a_million_dead_letters_stay_off_the_relay_path(
             assert "ix_outbox_live" in plan and "Seq Scan on integration_outbox" not in plan, plan
             live = plan[plan.index("ix_outbox_live"):]
             read[name] = buffers(live[:live.index("Buffers:") + 80])
-        claimed = conn.execute(QUERIES["outbox_claim_batch"], claim).fetchall()
+        claimed = conn.execute(OUTBOX_QUERIES["outbox_claim_batch"], claim).fetchall()
         conn.rollback()
     assert [r[0] for r in claimed] == ids
     assert all(n < 50 for n in read.values()), read
@@ -187,7 +187,8 @@ def test_replay_puts_a_dead_letter_back_and_purge_deletes_old_ones(
     ids = enqueue(db_dsn, topic, ["a", "b", "c", "c"])
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         for outbox_id in ids[:3]:  # c's first row blocks c's second
-            conn.execute(QUERIES["outbox_dead_letter"], {"id": outbox_id, "reason": "kafka:X"})
+            conn.execute(OUTBOX_QUERIES["outbox_dead_letter"],
+                         {"id": outbox_id, "reason": "kafka:X"})
         conn.execute("UPDATE safetynet.outbox_dead_letters SET created_at = now() -"
                      " interval '40 days' WHERE outbox_id <> %s", (ids[0],))
     listed = cli(config, "dead-letters", "--json")
@@ -270,7 +271,8 @@ def test_the_relay_purges_dead_letters_past_retention_but_keeps_a_blocking_one(
     ids = enqueue(db_dsn, topic, ["a", "b", "b", "c"])
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         for outbox_id in (ids[0], ids[1], ids[3]):  # b's first row blocks b's second
-            conn.execute(QUERIES["outbox_dead_letter"], {"id": outbox_id, "reason": "kafka:X"})
+            conn.execute(OUTBOX_QUERIES["outbox_dead_letter"],
+                         {"id": outbox_id, "reason": "kafka:X"})
         conn.execute("UPDATE safetynet.outbox_dead_letters SET created_at = now() -"
                      " interval '40 days' WHERE outbox_id <> %s", (ids[3],))
     run = cli(config, "run-once", "--job", "outbox-relay")

@@ -13,7 +13,7 @@ import psycopg
 import trio
 from prometheus_client import REGISTRY
 
-from actors.outbox_listener import APPLICATION_NAME, serve_outbox_listener
+from actors.outbox.listener import APPLICATION_NAME, serve_outbox_listener
 from supervision.dev.stack import free_ports
 from supervision.wakeup import Wakeup
 from tests.waiting import wait_until

@@ -17,18 +17,19 @@ import pytest
 import trio
 from prometheus_client import REGISTRY
 
-from actors.finalize_store import event_id
-from actors.kafka_producer import KafkaProducer
-from actors.lock_keeper import (
+from actors.envelope import event_id
+from actors.kafka.producer import KafkaProducer
+from actors.leases.lock_keeper import (
     CycleContext,
     CycleStatus,
     LockConnection,
     run_locked_cycle,
     serve_lock_keeper,
 )
-from actors.outbox_listener import serve_outbox_listener
-from actors.outbox_relay import RelayCounts, apply_retention, claim_batch, run_relay_cycle
-from actors.outbox_rows import Row, parse_row
+from actors.outbox.listener import serve_outbox_listener
+from actors.outbox.queries import OUTBOX_QUERIES
+from actors.outbox.relay import RelayCounts, apply_retention, claim_batch, run_relay_cycle
+from actors.outbox.rows import Row, parse_row
 from supervision.app import resources
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job, relay_locked_job
@@ -36,7 +37,6 @@ from supervision.config import Config
 from supervision.dev.stack import KafkaServer, S3Server
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.health import HEALTH
-from supervision.queries import QUERIES
 from tests.conftest import make_config
 from tests.faults import open_fault_proxy
 from tests.messenger import KafkaMessage, fetch, read_topic
@@ -130,7 +130,7 @@ async def test_rejected_message_blocks_only_its_key_when_rows_wait_behind_it(
     assert waiting == [big[0], after[0], after[2]]
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         dead = fetch(conn, "SELECT * FROM safetynet.outbox_dead_letters")
-        stats = fetch(conn, QUERIES["outbox_stats"])[0]
+        stats = fetch(conn, OUTBOX_QUERIES["outbox_stats"])[0]
     assert [(d["outbox_id"], d["blocks_key"]) for d in dead] == [(big[0], True)]
     # measured in the database and dead-lettered unread (issue #26)
     assert dead[0]["reason"].startswith("too_large: row of 2000"), dead[0]["reason"]

@@ -17,9 +17,11 @@ import pytest
 import tomli_w
 from psycopg import sql
 
-from actors.reaper_messages import PHASES, TOPIC_CONFERENCE_ENDED
+from actors.envelope import TOPIC_CONFERENCE_ENDED
+from actors.reaper.messages import PHASES
+from actors.reaper.queries import REAPER_QUERIES
+from supervision.app.queries import ALL_QUERIES
 from supervision.dev.stack import KafkaServer, S3Server
-from supervision.queries import QUERIES
 from tests.messenger import (
     attempt,
     conference,
@@ -199,10 +201,10 @@ def test_plan_shows_poison_conferences_held_back(db_dsn: str, tmp_path: Path) ->
 def test_plan_and_claim_share_one_phase_definition() -> None:
     """The claim and its dry run both call safetynet.finalize_classify and neither spells
     the phase rules itself, so `safetynet plan` cannot drift from the daemon."""
-    from supervision.queries import QUERIES
+    from supervision.app.queries import ALL_QUERIES
 
     for name in ("finalize_attempts_claim_due", "plan_finalize_attempts"):
-        sql = QUERIES[name]
+        sql = ALL_QUERIES[name]
         assert "safetynet.finalize_classify(" in sql, name
         assert "THEN 'reconcile'" not in sql and "'session_missing'" not in sql, name
 
@@ -332,7 +334,7 @@ def test_conference_claims_take_the_rows_conference_phase_puts_in_their_phase(
             " %(provision_timeout)s, %(stale_live_timeout)s)"
             " FROM messenger.conference_sessions", {"as_of": as_of, **windows})}
         with conn.transaction():  # one now() for the gauge and the function
-            gauge = conn.execute(QUERIES["conference_sessions_active_backlog"], windows
+            gauge = conn.execute(REAPER_QUERIES["conference_sessions_active_backlog"], windows
                                  ).fetchone()
             in_a_phase = conn.execute(
                 "SELECT count(*) FROM messenger.conference_sessions WHERE"
@@ -343,7 +345,7 @@ def test_conference_claims_take_the_rows_conference_phase_puts_in_their_phase(
         claimed: dict[str, str] = {}
         with conn.transaction(force_rollback=True):
             for phase, name in zip(PHASES, windows, strict=True):
-                rows = conn.execute(QUERIES[phase.claim_query], {
+                rows = conn.execute(ALL_QUERIES[phase.claim_query], {
                     "as_of": as_of, "window": windows[name], "batch_size": 1000}).fetchall()
                 for (cid, _skipped) in rows:
                     if cid is not None:
@@ -358,5 +360,5 @@ def test_conference_plan_and_backlog_use_the_shared_phase_definition() -> None:
     spells no window itself (the gauge's ranges are only its access path: the test
     above checks its count against the function)."""
     for name in ("plan_conference_sessions", "conference_sessions_active_backlog"):
-        assert "safetynet.conference_phase(" in QUERIES[name], name
-    assert "interval '1 second'" not in QUERIES["plan_conference_sessions"]
+        assert "safetynet.conference_phase(" in ALL_QUERIES[name], name
+    assert "interval '1 second'" not in ALL_QUERIES["plan_conference_sessions"]

@@ -17,7 +17,7 @@ import pytest
 import tomli_w
 from psycopg import sql
 
-from actors.outbox_listener import APPLICATION_NAME as LISTEN_NAME
+from actors.outbox.listener import APPLICATION_NAME as LISTEN_NAME
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
 from supervision.migrate import install_demo
 from tests.pki import PrivateCa

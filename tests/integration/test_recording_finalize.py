@@ -12,10 +12,10 @@ import pytest
 import structlog
 import trio
 
-from actors.finalize_state import FinalizeCounts
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
-from actors.lock_keeper import CycleContext, serve_lock_keeper
-from actors.recording_finalize import run_finalize_cycle
+from actors.envelope import TOPIC_RECORDING_AVAILABLE, event_id
+from actors.finalize.cycle import run_finalize_cycle
+from actors.finalize.state import FinalizeCounts
+from actors.leases.lock_keeper import CycleContext, serve_lock_keeper
 from supervision.app.daemon import open_resources
 from supervision.config import Config
 from supervision.dev.stack import S3Server

@@ -14,17 +14,17 @@ import pytest
 import trio
 from prometheus_client import REGISTRY
 
-from actors.finalize_state import FinalizeCounts
-from actors.lock_keeper import CycleContext
-from actors.recording_finalize import JOB, run_finalize_cycle
+from actors.finalize.cycle import JOB, run_finalize_cycle
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.finalize.reconciler import pool_size
+from actors.finalize.state import FinalizeCounts
+from actors.leases.lock_keeper import CycleContext
 from actors.s3.process import WorkerObjectStore
-from actors.s3_reconciler import pool_size
 from supervision.app.daemon import open_resources
 from supervision.app.tree import finalize_job
 from supervision.config import Config
 from supervision.dev.stack import S3Server
 from supervision.health import HEALTH
-from supervision.queries import QUERIES
 from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,
@@ -212,7 +212,7 @@ async def test_transient_failure_of_the_last_attempt_quarantines_until_requeued(
     assert recording(conn, rec.id)["status"] == "Uploading"
     assert not [r for r in s3_proxy.seen if r.path.endswith(rec.id)][1:]
 
-    requeued = conn.execute(QUERIES["finalize_attempts_requeue"],
+    requeued = conn.execute(FINALIZE_QUERIES["finalize_attempts_requeue"],
                             {"ids": [uuid.UUID(rec.attempt_id)]}).fetchall()
     assert [status for _, status in requeued] == ["Pending"]
     counts = await run_cycle(cfg)

@@ -12,8 +12,9 @@ import prometheus_client
 import psycopg
 import pytest
 
-from actors.finalize_store import Applied, claim_due, db_now, fail_timeout
-from actors.gauge_refresher import refresh_recording_slo
+from actors.envelope import db_now
+from actors.finalize.gauges import refresh_recording_slo
+from actors.finalize.store import Applied, claim_due, fail_timeout
 from supervision.config import Config
 from supervision.dev.stack import S3Server
 from tests.conftest import make_config

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE
+from actors.envelope import TOPIC_RECORDING_AVAILABLE
 from supervision.config import Config
 from supervision.dev.stack import DevStackError, S3Server
 from tests.conftest import make_config

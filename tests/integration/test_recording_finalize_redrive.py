@@ -15,16 +15,16 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 
-from actors.finalize_redrive import S3, observe_health
-from actors.finalize_state import FinalizeCounts
-from actors.lock_keeper import CycleContext
-from actors.recording_finalize import run_finalize_cycle
+from actors.finalize.cycle import run_finalize_cycle
+from actors.finalize.queries import FINALIZE_QUERIES
+from actors.finalize.redrive import S3, observe_health
+from actors.finalize.state import FinalizeCounts
+from actors.leases.lock_keeper import CycleContext
 from supervision.app.daemon import open_resources
 from supervision.app.runbook import requeue
 from supervision.app.tree import finalize_job
 from supervision.config import Config
 from supervision.dev.stack import S3Server
-from supervision.queries import QUERIES
 from tests.faults import (
     SLOW_DOWN,
     FaultProxy,
@@ -70,7 +70,7 @@ def redriven_metric() -> float:
 
 
 def s3_healthy_since(conn: psycopg.Connection) -> Any:
-    rows = {r["dependency"]: r for r in fetch(conn, QUERIES["dependency_health_list"])}
+    rows = {r["dependency"]: r for r in fetch(conn, FINALIZE_QUERIES["dependency_health_list"])}
     return rows[S3]["healthy_since"]
 
 
@@ -150,7 +150,7 @@ async def test_rows_quarantined_by_an_outage_are_redriven_once_s3_was_healthy_lo
     assert Counter(e["recording_id"] for e in events) == Counter(ids)
     assert {(e["reason"], e["redrives"]) for e in events} == {("s3:http_503_SlowDown", 1)}
     assert redriven_metric() == metric_before + 12
-    assert fetch(conn, QUERIES["finalize_redrives_list"]) == []  # Done rows: pruned
+    assert fetch(conn, FINALIZE_QUERIES["finalize_redrives_list"]) == []  # Done rows: pruned
 
 
 async def test_a_row_is_redriven_at_most_redrive_max_times_then_waits_for_a_person(
@@ -175,7 +175,7 @@ async def test_a_row_is_redriven_at_most_redrive_max_times_then_waits_for_a_pers
 
     assert redriven == [0, 4, 4, 0, 0, 0, 0, 0]
     counts = {str(r["recording_id"]): r["redrives"]
-              for r in fetch(conn, QUERIES["finalize_redrives_list"])}
+              for r in fetch(conn, FINALIZE_QUERIES["finalize_redrives_list"])}
     assert counts == dict.fromkeys(ids, 2)
     rows = attempts_by_recording(conn)
     assert {(rows[r]["status"], rows[r]["last_error"]) for r in ids} == {
@@ -185,7 +185,7 @@ async def test_a_row_is_redriven_at_most_redrive_max_times_then_waits_for_a_pers
     assert per_row == Counter({rid: 2 for rid in ids})
 
     requeue(conn, ids, all_quarantined=False)
-    assert fetch(conn, QUERIES["finalize_redrives_list"]) == []
+    assert fetch(conn, FINALIZE_QUERIES["finalize_redrives_list"]) == []
     counts_after = await run_cycle(cfg)
     assert counts_after.reconciled == 4
     assert {attempts_by_recording(conn)[r]["status"] for r in ids} == {"Done"}

@@ -26,7 +26,7 @@ import pytest
 import tomli_w
 import trio
 
-from actors.lock_keeper import (
+from actors.leases.lock_keeper import (
     CycleContext,
     CycleStatus,
     LockConnection,

@@ -149,7 +149,7 @@ async def test_credentials_rotated_mid_drain_fail_no_head(secure_s3: SecureS3) -
                 await store.refresh_credentials()
             # the drain ends once the last rotation's key has signed HEADs of its own
             while len(outcomes) < answered + 40 or not signed_by(issued[-1]):
-                await trio.sleep(0.01)
+                await trio.lowlevel.checkpoint()
             done.set()
 
         def signed_by(key: str) -> bool:

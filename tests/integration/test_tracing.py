@@ -15,8 +15,8 @@ import psycopg
 import tomli_w
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from actors.lock_keeper import CycleContext
-from actors.recording_finalize import run_finalize_cycle
+from actors.finalize.cycle import run_finalize_cycle
+from actors.leases.lock_keeper import CycleContext
 from supervision.app.daemon import open_resources
 from supervision.app.tree import finalize_job
 from supervision.config import TracingConfig

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from actors.finalize_canary import check_known_present
+from actors.finalize.canary import check_known_present
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 
 FOUND = Found("call-recordings/a", 1, "Ogg", 1)

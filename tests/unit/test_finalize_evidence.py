@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from actors.finalize_evidence import (
+from actors.finalize.evidence import (
     Acceptance,
     Evidence,
     VerdictGate,
     gather_evidence,
 )
-from actors.finalize_messages import ClaimedRow, NotAttempted, RowOutcome, Withheld
+from actors.finalize.messages import ClaimedRow, NotAttempted, RowOutcome, Withheld
 from actors.s3.objectstore import (
     Fault,
     Found,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.finalize_state import Breaker
+from actors.finalize.state import Breaker
 
 
 def test_breaker_opens_after_threshold_consecutive_transient_outcomes() -> None:

@@ -1,11 +1,9 @@
-"""The auditor's judging of facts (actors.invariants, actors.audit_ledger) and the verdict
+"""The auditor's judging of facts (actors.audit.invariants, actors.audit.ledger) and the verdict
 of `safetynet audit`: pure logic, no servers."""
 
 from __future__ import annotations
 
-from actors.audit_ledger import Entry, Ledger, OutboxRow, check_ledger
-from actors.finalize_store import TOPIC_RECORDING_AVAILABLE, event_id
-from actors.invariants import (
+from actors.audit.invariants import (
     Invariant,
     Violation,
     dedupe,
@@ -14,6 +12,8 @@ from actors.invariants import (
     judge_outbox_row,
     judge_recording,
 )
+from actors.audit.ledger import Entry, Ledger, OutboxRow, check_ledger
+from actors.envelope import TOPIC_RECORDING_AVAILABLE, event_id
 from supervision.app.audit import Report
 
 REC = {"id": "r1", "status": "Available", "finalize_status": "Done", "attempts": 1,

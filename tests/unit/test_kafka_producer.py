@@ -13,9 +13,9 @@ from aiokafka.conn import ScramAuthenticator
 from aiokafka.helpers import create_ssl_context as aiokafka_helpers_create_ssl_context
 from aiokafka.partitioner import DefaultPartitioner
 
-from actors import kafka_producer
-from actors.kafka_producer import Delivery, KafkaProducer, classify, probe_verdict
-from actors.kafka_security import refusal
+from actors.kafka import producer as kafka_producer
+from actors.kafka.producer import Delivery, KafkaProducer, classify, probe_verdict
+from actors.kafka.security import refusal
 from supervision.config import config_from_dict
 from tests.tls_terminator import Pki, make_pki
 

@@ -1,9 +1,15 @@
 """The floor plan holds: the runtime stands alone, the app is the only code that knows both.
 
+    bench/             benchmarks: may use everything, but no private name
     supervision/app/   composition root: tree, daemon wiring, CLI and its verbs
-    actors/            one actor per module (actors/s3/: the S3 client they use)
+    actors/<job>/      one package per job: finalize, reaper, outbox, audit
+    actors/<service>/  what jobs share: leases (lock keeper, scan leader), kafka, s3
+    actors/*.py        the actors' common ground: envelope, cycle frame, gauges, exporter
     supervision/dev/   dev tooling: the embedded stack, the outage proxy
     supervision/       the generic runtime: specs, supervisor, database, config, SQL
+
+Inside ``actors/`` a job never imports another job's package: what two jobs share lives in
+a service package or in the common modules, which import no job.
 
 Every import (module level or inside a function) is read from the source with ``ast``.
 """
@@ -25,9 +31,15 @@ FORBIDDEN = {
 }
 
 
+JOBS = frozenset({"finalize", "reaper", "outbox", "audit"})
+SERVICES = frozenset({"leases", "kafka", "s3"})
+
+
 def layer(module: str) -> str | None:
     """The layer a dotted module name belongs to (None: not ours)."""
     parts = module.split(".")
+    if parts[0] == "bench":
+        return "bench"
     if parts[0] == "actors":
         return "actors"
     if parts[0] != "supervision":
@@ -35,6 +47,16 @@ def layer(module: str) -> str | None:
     if len(parts) > 1 and parts[1] in ("app", "dev"):
         return parts[1]
     return "runtime"
+
+
+def actor_room(module: str) -> str | None:
+    """The package of ``actors`` a module belongs to: a job, a service or ``common``."""
+    parts = module.split(".")
+    if parts[0] != "actors":
+        return None
+    if len(parts) > 2 or (len(parts) == 2 and parts[1] in JOBS | SERVICES):
+        return parts[1]
+    return "common"
 
 
 def module_name(path: Path) -> str:
@@ -63,6 +85,10 @@ def violations(module: str, source: str) -> list[str]:
             continue
         if (own, theirs) in FORBIDDEN:
             out.append(f"{module} ({own}) imports {target} ({theirs})")
+        mine, other = actor_room(module), actor_room(target)
+        if mine is not None and other is not None and mine != other and (
+                other in JOBS or (mine in SERVICES | {"common"} and other not in SERVICES)):
+            out.append(f"{module} ({mine}) imports {target} ({other})")
         private = [n for n in names if n.startswith("_") and not n.startswith("__")]
         if private and target != module:
             out.append(f"{module} imports private {target}.{', '.join(private)}")
@@ -70,27 +96,29 @@ def violations(module: str, source: str) -> list[str]:
 
 
 def sources() -> list[Path]:
-    return sorted(p for top in ("actors", "supervision") for p in (ROOT / top).rglob("*.py"))
+    return sorted(p for top in ("actors", "supervision", "bench")
+                  for p in (ROOT / top).rglob("*.py"))
 
 
 def test_no_module_imports_across_the_floor_plan() -> None:
     """No runtime module imports an actor, the app or dev tooling; no actor imports the
-    app; nobody imports another module's private names."""
+    app; no job imports another job; nobody (benchmarks included) imports another module's
+    private names."""
     found = [v for p in sources() for v in violations(module_name(p), p.read_text())]
     assert found == []
 
 
 @pytest.mark.parametrize(("module", "source", "expected"), [
-    ("supervision.database", "from actors.lock_keeper import LockedJob",
-     "supervision.database (runtime) imports actors.lock_keeper (actors)"),
+    ("supervision.database", "from actors.leases.lock_keeper import LockedJob",
+     "supervision.database (runtime) imports actors.leases.lock_keeper (actors)"),
     ("supervision.config", "def f():\n    import supervision.app.cli",
      "supervision.config (runtime) imports supervision.app.cli (app)"),
-    ("actors.outbox_relay", "from supervision.dev.stack import DevStack",
-     "actors.outbox_relay (actors) imports supervision.dev.stack (dev)"),
+    ("actors.outbox.relay", "from supervision.dev.stack import DevStack",
+     "actors.outbox.relay (actors) imports supervision.dev.stack (dev)"),
     ("supervision.dev.stack", "from actors.s3 import wire",
      "supervision.dev.stack (dev) imports actors.s3 (actors)"),
-    ("supervision.app.daemon", "from actors.lock_keeper import _Private",
-     "supervision.app.daemon imports private actors.lock_keeper._Private"),
+    ("supervision.app.daemon", "from actors.leases.lock_keeper import _Private",
+     "supervision.app.daemon imports private actors.leases.lock_keeper._Private"),
 ])
 def test_the_layer_check_flags_each_kind_of_violation(
         module: str, source: str, expected: str) -> None:
@@ -100,7 +128,7 @@ def test_the_layer_check_flags_each_kind_of_violation(
 
 def test_the_app_may_import_everything() -> None:
     """The composition root is allowed to know the runtime, the actors and dev tooling."""
-    source = ("from actors.lock_keeper import LockedJob\n"
+    source = ("from actors.leases.lock_keeper import LockedJob\n"
               "from supervision.dev.stack import DevStack\n"
               "from supervision.database import Database\n")
     assert violations("supervision.app.devrun", source) == []

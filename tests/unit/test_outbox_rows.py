@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from actors.finalize_store import event_id
-from actors.outbox_rows import CLAIMED, Malformed, Row, next_wave, parse_claimed, parse_row
+from actors.envelope import event_id
+from actors.outbox.rows import CLAIMED, Malformed, Row, next_wave, parse_claimed, parse_row
 
 
 def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[str, Any]:

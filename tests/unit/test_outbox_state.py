@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.outbox_state import RelayState, RowRetries
+from actors.outbox.state import RelayState, RowRetries
 
 
 def test_row_back_off_grows_with_failures_and_is_forgotten_on_ack() -> None:

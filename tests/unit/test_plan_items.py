@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from actors.finalize_evidence import Evidence
+from actors.finalize.evidence import Evidence
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.app.plan_items import (
     GateView,

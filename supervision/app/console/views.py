@@ -17,12 +17,13 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.finalize_store import stats as finalize_stats
-from actors.invariants import Thresholds, judge_database
+from actors.audit.invariants import Thresholds, judge_database
+from actors.audit.queries import AUDIT_QUERIES
+from actors.finalize.store import stats as finalize_stats
 from supervision.app import runbook
+from supervision.app.queries import ALL_QUERIES
 from supervision.app.trail import Action, history
 from supervision.config import Config
-from supervision.queries import QUERIES
 
 PAGE = 50
 WINDOWS = ("due", "later", "all")  # recordings: due now, rescheduled later, every Pending
@@ -33,7 +34,7 @@ NIL = "00000000-0000-0000-0000-000000000000"
 def _rows(conn: psycopg.Connection, name: str, params: dict[str, Any]
           ) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(QUERIES[name], params).fetchall()
+        return cur.execute(ALL_QUERIES[name], params).fetchall()
 
 
 def overview(conn: psycopg.Connection, cfg: Config) -> dict[str, Any]:
@@ -132,7 +133,7 @@ def outbox_row(conn: psycopg.Connection, row_id: int) -> dict[str, Any] | None:
 
 def audit(conn: psycopg.Connection, cfg: Config) -> list[Any]:
     """The SQL invariants judged now, read-only (``safetynet audit``'s database part)."""
-    conn.execute(QUERIES["audit_read_only_transaction"])  # this transaction only: pooled
+    conn.execute(AUDIT_QUERIES["audit_read_only_transaction"])  # this transaction only: pooled
     return judge_database(conn, Thresholds.from_config(cfg))
 
 

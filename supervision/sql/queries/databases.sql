@@ -12,3 +12,7 @@ SELECT pg_notification_queue_usage();
 -- name: db_session_user --
 -- Who this session authenticated as (SET ROLE does not change it): recorded with a pause.
 SELECT session_user::text;
+
+-- name: db_now --
+-- AsOf of a cycle: the database clock, never the host's.
+SELECT now();

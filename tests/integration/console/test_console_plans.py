@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from supervision.queries import QUERIES
+from supervision.app.queries import ALL_QUERIES
 from tests.integration.console.support import console_config
 from tests.integration.console.test_console_asgi import client_for
 
@@ -70,7 +70,7 @@ PAGES = ("/", "/recordings?status=Quarantined", "/recordings?status=Pending&wind
 # the auditor's check of open finalize rows (attempts past the limit) has no index to read
 # them through: `audit` reads every Pending and Quarantined row (docs/benchmarks.md)
 UNBOUNDED = {"audit_finalize_attempts_open"}
-NAMES = {text: name for name, text in QUERIES.items()}
+NAMES = {text: name for name, text in ALL_QUERIES.items()}
 
 
 def grow(dsn: str, tag: str) -> None:

@@ -1,0 +1,70 @@
+"""The finalize claimer: claims due rows batch by batch and routes them.
+
+Inputs: the cycle's AsOf and deadline, the database, the breaker. Outputs: rows that need a
+HEAD go to the S3 reconciler pool; rows that do not (recording already terminal; no verdict
+possible: recording or session missing, unknown session kind, session end in the future)
+go straight to the committer. Restart type: none of its own — it lives and dies
+with its cycle (the lock keeper's nested nursery).
+
+Each claim is one short transaction (``finalize_attempts_claim_due``) that pre-increments
+attempts and moves next_attempt_at, so a row in flight is never claimed twice. A claim
+takes ``batch_size`` rows, exactly what the operator set (a smaller batch is how they
+shorten transactions). The rows of one claim fit in the pool's queue (the cycle sizes it
+so), so the next claim starts as soon as the previous one is queued: claimed ahead, while
+the pool works the queued rows. At high ``s3.concurrency`` a claim must hold more than the
+pool works during one claim transaction: ``batch_size`` >= 2 x the reconciler pool
+(4 x ``s3.concurrency``) keeps every connection busy (bench/latency_drain.py). It claims
+until nothing is due, the cycle's ``max_run_duration`` is reached, or the breaker opens —
+never stops because Missing verdicts are held for want of evidence
+(:mod:`actors.finalize.evidence`): a held row is not given back before the claimer is
+done, so it cannot be claimed twice in one cycle, and found rows keep flowing.
+
+What cancellation does: a claim in flight commits or rolls back whole (``atomic``); rows
+already claimed but not yet committed keep their pre-incremented attempt and come back
+after their back-off — the seed's at-least-once retry, never a lost row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import structlog
+import trio
+
+from actors.finalize.messages import BadRow, ClaimedRow, ClaimPhase, RowOutcome, Terminal
+from actors.finalize.state import Breaker, FinalizeCounts
+from actors.finalize.store import claim_due
+from supervision.config import RecordingFinalizeConfig
+from supervision.database import Database
+
+log = structlog.get_logger("finalize_claimer")
+
+async def run_finalize_claimer(
+    db: Database, cfg: RecordingFinalizeConfig, as_of: dt.datetime, deadline: float,
+    breaker: Breaker, counts: FinalizeCounts, s3_down: bool,
+    to_reconcile: trio.MemorySendChannel[ClaimedRow],
+    to_commit: trio.MemorySendChannel[RowOutcome], size: int | None = None,
+) -> None:
+    """Claim *size* rows at a time (default ``batch_size``) until drained; closes both
+    send channels when done (ends the pipeline)."""
+    size = size or cfg.batch_size
+    async with to_reconcile, to_commit:
+        while trio.current_time() < deadline and not breaker.open:
+            claim = await db.atomic(claim_due, cfg, as_of, s3_down or breaker.open, size)
+            counts.skipped_locked += claim.skipped_locked
+            counts.rescheduled += claim.rescheduled
+            if not claim.rows and not claim.rescheduled:
+                break
+            if claim.rows:
+                log.info("batch_claimed", rows=len(claim.rows),
+                         rescheduled=claim.rescheduled, skipped_locked=claim.skipped_locked)
+            for row in claim.rows:
+                if row.phase is ClaimPhase.RECONCILE:
+                    await to_reconcile.send(row)
+                elif row.phase is ClaimPhase.TERMINAL:
+                    await to_commit.send(RowOutcome(row, Terminal()))
+                else:
+                    reason = row.poison_reason or "recording_missing"
+                    await to_commit.send(RowOutcome(row, BadRow(reason)))
+        if trio.current_time() >= deadline:
+            log.info("cycle_deadline_reached")

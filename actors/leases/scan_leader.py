@@ -1,0 +1,164 @@
+"""The scan leader: the database-wide reads (gauges and auditor) on one replica at a time.
+
+>>> lease = LockedJob(SCAN_LEASE, interval=5, lock_ttl=30, cycle=no_cycle)
+>>> await nursery.start(serve_scan_leader, lease, dsn, partial(serve_supervisor, scans))
+
+The gauge refresher and the auditor read the whole messenger schema (backlogs, SLO
+counts, outbox lag, invariants). Run on every replica, that read load would grow with the
+replica count for no new information: every replica would compute the same numbers. So
+they run under a lease of their own, ``database-scans`` (a row of ``safetynet.leases``
+like the jobs'; the table is keyed by the job's name, so a new name needs no migration).
+Unlike a job's lease, taken per cycle, this one is *sticky*: the holder keeps it, renewed
+every ``lock_ttl / 4`` by the lock keeper's watchdog, for as long as it runs, and the
+standbys try to take it every ``interval``. The holder exports the database-wide gauges
+(:data:`~supervision.metrics.LEADER_GAUGES`); a standby exports none of them, so a
+replica that stopped leading never shows stale values, and alerts aggregate with
+``max(...)`` over whichever replica exports them (docs/operations.md).
+
+Take-over: a leader stopping gracefully gives the lease back (a standby leads at its next
+try, within ``interval``); one that died or lost its lock session frees it at once; a
+frozen one loses it ``lock_ttl`` after its last renewal. Leading and stepping down are
+logged (``scan_leader_elected``, ``scan_leader_stepped_down``) and shown by
+``safetynet_lock_held{job="database-scans"}``.
+
+Inputs: the lease's timing (a :class:`~actors.leases.lock_keeper.LockedJob`, whose cycle is not
+used), a DSN for the lease's own session, and *work*: started (``nursery.start``
+semantics) when the lease is taken, cancelled when it is lost or on shutdown. Restart
+type: permanent. An unreachable database: back-off, standby, no crash. *work* failing is
+this actor failing: the lease is given back first. A database without safetynet's schema
+(the lease cannot be read) is backed off like an unreachable one: the scans only read,
+and the job keepers are the ones that crash on it.
+
+What cancellation does: *work* is cancelled (it only reads), then the lease is given back
+in a shielded block (or the session closed, which frees it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+import structlog
+import trio
+
+from actors.leases.lock_keeper import DB_ERRORS, CycleContext, Lease, LockConnection, LockedJob
+from supervision.errors import describe
+from supervision.metrics import LEADER_GAUGES, LEASE_LOST, LEASE_TERM, LOCK_HELD
+
+log = structlog.get_logger("scan_leader")
+
+SCAN_LEASE = "database-scans"
+Work = Callable[..., Awaitable[Any]]  # called as work(task_status=...)
+
+
+async def no_cycle(ctx: CycleContext) -> None:
+    """The lease's LockedJob has no cycle: its holder runs *work* for as long as it leads."""
+    raise AssertionError("the scan lease runs no cycle")
+
+
+def scan_lease(interval: float = 5.0, lock_ttl: float = 30.0) -> LockedJob[None]:
+    """The ``database-scans`` lease: standbys try every *interval*; a frozen leader loses
+    it *lock_ttl* after its last renewal. Its session is pinged every second (a cycle's
+    every 250 ms): held for as long as the process runs, and a dead session found a
+    second later costs nothing but a late gauge."""
+    return LockedJob(SCAN_LEASE, interval, lock_ttl, no_cycle, ping_interval=1.0,
+                     ping_timeout=1.0)
+
+
+async def serve_scan_leader(
+    lease: LockedJob[Any], dsn: str, work: Work, *, deadline: float | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Lead the scans whenever this process holds *lease*, stand by otherwise, until
+    cancelled."""
+    lock = LockConnection(dsn, deadline)
+    LEADER_GAUGES.standby = True
+    LOCK_HELD.labels(job=lease.name).set(0)
+    task_status.started()
+    failures = 0
+    try:
+        while True:
+            try:
+                held = await lock.acquire(lease)
+            except (*DB_ERRORS, psycopg.Error) as exc:
+                # unlike a job's keeper, a missing schema does not crash this actor: the
+                # scans only read, and the jobs' keepers already report it (escalating)
+                lock.discard()
+                failures += 1
+                log.warning("lock_connection_failed", job=lease.name, error=describe(exc),
+                            failures=failures)
+                await trio.sleep(min(lease.reconnect_cap,
+                                     lease.reconnect_base * 2 ** (failures - 1)))
+                continue
+            failures = 0
+            if held is not None:
+                await _lead(lease, lock, held, work)
+            await trio.sleep(lease.interval)
+    finally:
+        LEADER_GAUGES.standby = True
+        lock.discard()
+
+
+async def _lead(lease: LockedJob[Any], lock: LockConnection, held: Lease, work: Work) -> None:
+    """Run *work* while the watchdog keeps *held* renewed; give it back when done."""
+    log.info("scan_leader_elected", job=lease.name, term=held.term,
+             previous_holder=held.previous_holder, how=held.previous_state)
+    LOCK_HELD.labels(job=lease.name).set(1)
+    LEASE_TERM.labels(job=lease.name).set(held.term)
+    LEADER_GAUGES.standby = False
+    lost: str | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def watchdog() -> None:
+                nonlocal lost
+                lost = await _keep(lease, lock, held)
+                nursery.cancel_scope.cancel()
+
+            async def scans(task_status: trio.TaskStatus[None]) -> None:
+                await work(task_status=task_status)
+                nursery.cancel_scope.cancel()  # it ended on its own: no reason to lead on
+
+            nursery.start_soon(watchdog)
+            await nursery.start(scans)
+    finally:
+        LEADER_GAUGES.standby = True
+        LOCK_HELD.labels(job=lease.name).set(0)
+        with trio.CancelScope(shield=True):
+            await _give_back(lease, lock, held, lost)
+    if lost is not None:
+        LEASE_LOST.labels(job=lease.name).inc()
+    log.warning("scan_leader_stepped_down", job=lease.name, term=held.term,
+                reason=lost or "work_exited")
+
+
+async def _keep(lease: LockedJob[Any], lock: LockConnection, held: Lease) -> str:
+    """Ping the lease's session and renew it every ``lock_ttl / 4`` until either fails
+    (as the lock keeper's watchdog does for a cycle); why it was lost."""
+    renew_every = max(lease.ping_interval, lease.lock_ttl / 4)
+    renewed_at = trio.current_time()
+    while True:
+        await trio.sleep(lease.ping_interval)
+        try:
+            if trio.current_time() - renewed_at >= renew_every:
+                if not await lock.renew(lease, held, limit=lease.ping_timeout):
+                    return "renewal_refused"  # frozen past lock_ttl: another replica leads
+                renewed_at = trio.current_time()
+            else:
+                await lock.query("advisory_lock_ping", lease.key, limit=lease.ping_timeout,
+                                 connect=False)
+        except DB_ERRORS as exc:
+            return f"lock_lost:{type(exc).__name__}"
+
+
+async def _give_back(lease: LockedJob[Any], lock: LockConnection, held: Lease,
+                     lost: str | None) -> None:
+    """Release the lease (a standby leads at its next try); a dead session is closed."""
+    if lost is not None and lost.startswith("lock_lost"):
+        lock.discard()
+        return
+    try:
+        await lock.release(lease, held)
+    except DB_ERRORS:
+        lock.discard()
