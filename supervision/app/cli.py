@@ -13,23 +13,23 @@ import gc
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 import psycopg
 import tomli_w
 
-from supervision.config import EXIT_CONFIG, Config, config_paths, load_config, redacted
+from supervision.app.verbs import fail, load_or_exit, operator_connection
+from supervision.config import EXIT_CONFIG, config_paths, load_config, redacted
 from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.logs import configure_logging
-from supervision.secrets import Scrubber, secrets_in
+from supervision.secrets import secrets_in
 from supervision.terminal import cell, printable
 
 JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
-EXIT_INFRA = 1
 EXIT_SLO = 2  # status: an SLO is violated; requeue: an unknown id
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -43,23 +43,6 @@ def _config_option(func: _F) -> _F:
     )(func)
 
 
-def _load(config_files: Sequence[Path]) -> Config:
-    """Load the configuration or exit 78 with one line per problem."""
-    try:
-        return load_config(config_paths(config_files, os.environ), os.environ)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(f"config error: {problem}", err=True)
-        sys.exit(EXIT_CONFIG)
-
-
-def _fail(message: str, code: int = EXIT_INFRA, cfg: Config | None = None) -> NoReturn:
-    """Print one line and exit; with *cfg*, its secrets are masked (the message may quote
-    a driver's, which may quote a DSN)."""
-    click.echo(f"error: {Scrubber(secrets_in(cfg) if cfg else ()).scrub(message)}", err=True)
-    sys.exit(code)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="safetynet")
 def main() -> None:
@@ -70,7 +53,7 @@ def main() -> None:
 @_config_option
 def check_config(config_files: tuple[Path, ...]) -> None:
     """Validate the configuration and print the effective values, secrets redacted."""
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     click.echo(tomli_w.dumps(redacted(cfg)), nl=False)
 
 
@@ -92,7 +75,7 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
     from supervision import migrate as m
     from supervision.pgconn import conninfo
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     # stderr: a lock_timeout retry (stamina's retry_scheduled) is logged, stdout stays the
     # list of steps (or the --print-sql script)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
@@ -109,7 +92,7 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
         applied = m.migrate(dsn, options)
         granted = m.grant(dsn, grant_to) if grant_to else []
     except SafetynetError as exc:
-        _fail(str(exc), cfg=cfg)
+        fail(str(exc), cfg=cfg)
     for step in applied:
         click.echo(f"applied {step.label}")
     if not applied:
@@ -126,11 +109,11 @@ def check_schema(config_files: tuple[Path, ...]) -> None:
     from supervision import migrate as m
     from supervision.pgconn import conninfo
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
         report = m.schema_report(conninfo(cfg.postgres, m.APPLICATION_NAME))
     except SafetynetError as exc:
-        _fail(str(exc), cfg=cfg)
+        fail(str(exc), cfg=cfg)
     for line in report.lines():
         click.echo(printable(line))
     if report.blocking:
@@ -147,7 +130,7 @@ def run(config_files: tuple[Path, ...]) -> None:
 
     from supervision.app.daemon import run_daemon
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     paths = config_paths(config_files, os.environ)
     # what is imported and loaded by now lives as long as the process: out of the
@@ -173,7 +156,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
 
     from supervision.app.daemon import run_once as run_one_cycle
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
     counts: dict[str, object] = {}
@@ -186,7 +169,7 @@ def run_once(job: str, config_files: tuple[Path, ...]) -> None:
         failure = _first_error(group)
     _exit_if_misconfigured(problems)
     if failure is not None:
-        _fail(failure, cfg=cfg)
+        fail(failure, cfg=cfg)
     click.echo(json.dumps(counts, sort_keys=False))
 
 
@@ -222,12 +205,12 @@ def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Backlogs, oldest ages, quarantine and SLO verdicts; exit 2 when an SLO is violated."""
     from supervision.app.runbook import status as read_status
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             current = read_status(conn, cfg)
     except psycopg.Error as exc:
-        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         click.echo(json.dumps(current.as_json(), default=str))
     else:
@@ -298,7 +281,7 @@ def audit(as_json: bool, since: str | None, kafka: bool, config_files: tuple[Pat
     from supervision.app.audit import run_audit
     from supervision.durations import parse_duration
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
         window = cfg.audit.window if since is None else parse_duration(since)
     except ValueError as exc:
@@ -363,16 +346,16 @@ def _requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
     from supervision.app.runbook import Released, UnknownIds
     from supervision.app.trail import Actor, Verb
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             done = actions.requeue(conn, Actor.from_os(actor), list(ids), reason,
                                    all_quarantined=all_quarantined,
                                    all_poisoned=all_poisoned, verb=Verb(verb))
     except UnknownIds as exc:
-        _fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
+        fail(f"unknown id(s), nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
-        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     for row in done.changed:
         if isinstance(row, Released):
             click.echo(printable(
@@ -413,19 +396,19 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
         raise click.UsageError("--older-than, --reason and --actor go with --purge")
     if purge and not reason:
         raise click.UsageError("--purge needs --reason TEXT")
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
         age = (cfg.outbox_relay.dead_letter_retention if older_than is None
                else parse_duration(older_than))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             done = (actions.purge_dead_letters(conn, Actor.from_os(actor), age, reason)
                     if purge else None)
             found = list_dead_letters(conn, limit)
     except psycopg.Error as exc:
-        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         click.echo(json.dumps({**found.as_json(), "purged": done.purged if done else None},
                               default=str))
@@ -458,14 +441,14 @@ def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
 
     if not reason:
         raise click.UsageError("replay needs --reason TEXT")
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             done = actions.replay(conn, Actor.from_os(actor), list(ids), reason)
     except UnknownIds as exc:
-        _fail(f"not dead letters, nothing changed: {printable(exc)}", EXIT_SLO)
+        fail(f"not dead letters, nothing changed: {printable(exc)}", EXIT_SLO)
     except psycopg.Error as exc:
-        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     for row in done.changed:
         click.echo(printable(
             f"replayed {row.outbox_id} (dead-lettered for {row.reason})"
@@ -473,15 +456,6 @@ def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
                else ": back on the relay's path")))
     click.echo(printable(f"{len(done.changed)} dead letter(s) replayed (reason: {reason};"
                          f" trail #{done.trail_id})"))
-
-
-def _connect(cfg: Config) -> psycopg.Connection:
-    """An operator verb's connection, with the daemon's session settings (its statement
-    and lock timeouts, search_path pinned: supervision.pgconn) and its client deadline:
-    no verb waits on the database for longer than the daemon would."""
-    from supervision.pgconn import client_deadline, connect, conninfo
-
-    return connect(conninfo(cfg.postgres, "safetynet-cli"), client_deadline(cfg.postgres))
 
 
 @main.command()
@@ -502,12 +476,12 @@ def pause(job: str, for_: str | None, reason: str | None, actor: str | None,
         seconds = None if for_ is None else parse_duration(for_)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             done, _ = actions.pause(conn, Actor.from_os(actor), job, reason, seconds)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        fail(f"postgres: {type(exc).__name__}")
     since = f"since {done.pause.paused_at} by {done.pause.paused_by}"
     why = f": {done.pause.reason}" if done.pause.reason else ""
     click.echo(printable(f"paused {job} ({since}){why}" if done.new
@@ -524,12 +498,12 @@ def resume(job: str, reason: str | None, actor: str | None,
     from supervision.app import actions
     from supervision.app.trail import Actor
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             ended, _ = actions.resume(conn, Actor.from_os(actor), job, reason)
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        fail(f"postgres: {type(exc).__name__}")
     if ended is None:
         click.echo(f"{job} was not paused")
         return
@@ -554,11 +528,11 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
 
     if not revoke and not reason:
         raise click.UsageError("--reason is required (the incident, for the record)")
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     where = f"s3://{cfg.s3.bucket}/{cfg.s3.key_prefix}"
     who = Actor.from_os(actor)
     try:
-        with _connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             if revoke:
                 ended, trail_id = actions.revoke_acceptance(
                     conn, who, cfg.s3.bucket, cfg.s3.key_prefix, reason)
@@ -572,7 +546,7 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     except psycopg.Error as exc:
-        _fail(f"postgres: {type(exc).__name__}")
+        fail(f"postgres: {type(exc).__name__}")
     click.echo(printable(f"Missing verdicts under {where} accepted until "
                          f"{done.accepted_until} by {done.accepted_by}: {done.reason} "
                          f"(trail #{trail_id})"))
@@ -589,11 +563,11 @@ def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
 
     from supervision.app.plan import plan as make_plan
 
-    cfg = _load(config_files)
+    cfg = load_or_exit(config_files)
     try:
         items = trio.run(make_plan, cfg, job, limit)
     except psycopg.Error as exc:
-        _fail(f"postgres: {describe(exc)}", cfg=cfg)
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     if as_json:
         for item in items:
             click.echo(json.dumps({"id": item.id, "phase": item.phase,

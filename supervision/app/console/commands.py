@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 import psycopg
 
+from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG, Config
 from supervision.errors import describe
 from supervision.terminal import printable
@@ -41,12 +42,11 @@ def console(hash_password: bool, config_files: tuple[Path, ...]) -> None:
         return
     import trio
 
-    from supervision.app import cli
     from supervision.console_config import console_problems
     from supervision.logs import configure_logging
     from supervision.secrets import secrets_in
 
-    cfg = cli._load(config_files)
+    cfg = load_or_exit(config_files)
     problems = console_problems(cfg.console)
     if problems:
         for problem in problems:
@@ -107,7 +107,6 @@ def history(as_json: bool, since: str | None, limit: int,
             config_files: tuple[Path, ...]) -> None:
     """The operator trail, newest first: who did what, from where (cli or console), to
     which ids, why, and the result."""
-    from supervision.app import cli
     from supervision.app.trail import history as read_history
     from supervision.app.trail import parse_since
 
@@ -116,12 +115,12 @@ def history(as_json: bool, since: str | None, limit: int,
     except ValueError:
         raise click.BadParameter("a duration (24h) or an ISO date/time",
                                  param_hint="--since") from None
-    cfg = cli._load(config_files)
+    cfg = load_or_exit(config_files)
     try:
-        with cli._connect(cfg) as conn:
+        with operator_connection(cfg) as conn:
             actions = read_history(conn, since=when, limit=limit)
     except psycopg.Error as exc:
-        cli._fail(f"postgres: {describe(exc)}", cfg=cfg)
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     for action in actions:
         if as_json:
             click.echo(json.dumps(action.as_json(), default=str))
