@@ -89,10 +89,33 @@ def violations(module: str, source: str) -> list[str]:
         if mine is not None and other is not None and mine != other and (
                 other in JOBS or (mine in SERVICES | {"common"} and other not in SERVICES)):
             out.append(f"{module} ({mine}) imports {target} ({other})")
-        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        private = [n for n in names if is_private(n)]
         if private and target != module:
             out.append(f"{module} imports private {target}.{', '.join(private)}")
+    out.extend(f"{module} uses private {target}.{attr}"
+               for target, attr in private_attributes(source) if target != module)
     return out
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attributes(source: str) -> list[tuple[str, str]]:
+    """(module, name) for each ``alias._name`` read through an imported module of ours
+    (``from supervision.app import cli`` then ``cli._load``)."""
+    tree = ast.parse(source)
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and layer(node.module) is not None:
+            bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names
+                          if a.asname and layer(a.name) is not None})
+    return [(bound[node.value.id], node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in bound and is_private(node.attr)]
 
 
 def sources() -> list[Path]:
@@ -119,6 +142,17 @@ def test_no_module_imports_across_the_floor_plan() -> None:
      "supervision.dev.stack (dev) imports actors.s3 (actors)"),
     ("supervision.app.daemon", "from actors.leases.lock_keeper import _Private",
      "supervision.app.daemon imports private actors.leases.lock_keeper._Private"),
+    ("actors.audit.invariants", "from actors.finalize.store import claim_due",
+     "actors.audit.invariants (audit) imports actors.finalize.store (finalize)"),
+    ("actors.kafka.producer", "from actors.outbox.rows import Row",
+     "actors.kafka.producer (kafka) imports actors.outbox.rows (outbox)"),
+    ("actors.envelope", "from actors.reaper.messages import PHASES",
+     "actors.envelope (common) imports actors.reaper.messages (reaper)"),
+    ("bench.scale", "from supervision.dev.stack import _pg_bin_dir",
+     "bench.scale imports private supervision.dev.stack._pg_bin_dir"),
+    ("supervision.app.console.commands",
+     "def f():\n    from supervision.app import cli\n    return cli._load([])",
+     "supervision.app.console.commands uses private supervision.app.cli._load"),
 ])
 def test_the_layer_check_flags_each_kind_of_violation(
         module: str, source: str, expected: str) -> None:
