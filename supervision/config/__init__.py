@@ -5,9 +5,10 @@
 >>> cfg.jobs.recording_finalize.batch_size
 100
 
-Every setting is a field of a frozen attrs class (:mod:`.sections`, :mod:`.console`)
-whose metadata carries its documentation, kind and checks (:mod:`.fields`); cattrs
-structures the merged TOML into them (:mod:`.loader`), collecting *every* problem before
+Every setting is a field of a frozen attrs class (:mod:`.sections`, :mod:`.jobs`,
+:mod:`.console`) whose metadata carries its documentation, kind and checks
+(:mod:`.fields`); cattrs structures the merged TOML into them (:mod:`.loader`),
+collecting *every* problem before
 failing, one line per problem naming the key; rules across keys come after
 (:mod:`.checks`), certificate files follow one policy (:mod:`.certificates`), files are
 read bounded (:mod:`.files`). The reference in docs/configuration.md, ``check-config``'s
@@ -18,6 +19,14 @@ through one walker (:mod:`.reference`).
 from supervision.config.certificates import ssl_reason
 from supervision.config.console import ConsoleConfig, console_problems
 from supervision.config.fields import DAY, HOUR, MAX_BATCH, MINUTE
+from supervision.config.jobs import (
+    AuditConfig,
+    ConferenceReaperConfig,
+    JobsConfig,
+    LeasedJob,
+    OutboxRelayConfig,
+    RecordingFinalizeConfig,
+)
 from supervision.config.loader import (
     ENV_CONFIG_FILE,
     ENV_PREFIX,
@@ -35,18 +44,12 @@ from supervision.config.reference import (
     walk,
 )
 from supervision.config.sections import (
-    AuditConfig,
-    ConferenceReaperConfig,
     Config,
     HttpConfig,
-    JobsConfig,
     KafkaConfig,
-    LeasedJob,
     LoggingConfig,
     MediaConfig,
-    OutboxRelayConfig,
     PostgresConfig,
-    RecordingFinalizeConfig,
     S3Config,
     SaslMechanism,
     SecurityProtocol,

@@ -3,7 +3,7 @@
 >>> list(cross_checks(cfg))
 ['jobs.recording_finalize.lock_ttl: must be greater than max_run_duration (3m), got 3m']
 
-Each leased job's block (:class:`~supervision.config.sections.LeasedJob`) checks itself;
+Each leased job's block (:class:`~supervision.config.jobs.LeasedJob`) checks itself;
 the PostgreSQL timeouts stay below every lease's TTL; the Kafka security settings fit the
 protocol and its TLS files load as the producer will load them; S3 keys come in pairs;
 a media token never crosses the network in clear; the auditor's window covers a run.
@@ -18,11 +18,10 @@ from urllib.parse import urlsplit
 import attrs
 
 from supervision.config.certificates import NoPassphrase, ssl_reason
+from supervision.config.jobs import JobsConfig, LeasedJob
 from supervision.config.sections import (
     Config,
-    JobsConfig,
     KafkaConfig,
-    LeasedJob,
     S3Config,
     SaslMechanism,
     SecurityProtocol,

@@ -205,26 +205,21 @@ def _structure_duration(value: Any, _: Any) -> float:
     return parse_duration(str(value) if isinstance(value, FromEnv) else value)
 
 
-def _structure_int(value: Any, _: Any) -> int:
-    if isinstance(value, FromEnv):
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"expected an integer, got {str(value)!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected an integer, got {_got(value)}")
-    return value
+def _number(kind: type[int] | type[float], words: str) -> Hook:
+    """An integer or a number: a TOML one of the right kind, or the environment's digits."""
+    accepted = int if kind is int else int | float
 
+    def structure(value: Any, _: Any) -> Any:
+        if isinstance(value, FromEnv):
+            try:
+                return kind(value)
+            except ValueError:
+                raise ValueError(f"expected {words}, got {str(value)!r}") from None
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            raise ValueError(f"expected {words}, got {_got(value)}")
+        return kind(value)
 
-def _structure_float(value: Any, _: Any) -> float:
-    if isinstance(value, FromEnv):
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f"expected a number, got {str(value)!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number, got {_got(value)}")
-    return float(value)
+    return structure
 
 
 def _structure_bool(value: Any, _: Any) -> bool:
@@ -313,7 +308,7 @@ def _section_hook(converter: cattrs.Converter, cls: Any) -> Hook:
 def _converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     # dispatched on the class's MRO: bool before int, a StrEnum before str
-    for cls, hook in ((int, _structure_int), (float, _structure_float),
+    for cls, hook in ((int, _number(int, "an integer")), (float, _number(float, "a number")),
                       (bool, _structure_bool), (str, _structure_str),
                       (Secret, _structure_secret), (enum.Enum, _structure_enum),
                       (enum.StrEnum, _structure_enum)):
