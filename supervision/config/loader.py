@@ -106,7 +106,7 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     try:
         cfg = _CONVERTER.structure(raw, Config)
     except ClassValidationError as exc:
-        raise ConfigError(list(_problems(exc, ""))) from None
+        raise ConfigError(list(_problems(exc, "", raw))) from None
     except RecursionError:  # a table nested past the recursion limit (from the env)
         raise ConfigError(["configuration: tables nested too deeply"]) from None
     except ValueError as exc:  # the whole mapping is not a table
@@ -144,19 +144,21 @@ def _set_path(
 # --------------------------------------------------------------------------- problems
 
 
-def _problems(group: ClassValidationError, prefix: str) -> Iterator[str]:
-    """One line per problem in cattrs' error tree of the section at *prefix*: unknown
-    keys first, then each setting in declaration order."""
+def _problems(group: ClassValidationError, prefix: str, data: Any) -> Iterator[str]:
+    """One line per problem in cattrs' error tree of the section at *prefix* (*data*:
+    what it was structured from): unknown keys first, in the order they were written,
+    then each setting in declaration order."""
+    data = data if isinstance(data, Mapping) else {}
     for exc in group.exceptions:
         if isinstance(exc, ForbiddenExtraKeysError):
-            yield from _unknown_keys(exc, prefix)
+            yield from _unknown_keys(exc, prefix, [k for k in data if k in exc.extra_fields])
     for exc in group.exceptions:
         if isinstance(exc, ForbiddenExtraKeysError):
             continue
         name = _attribute(exc)
         key = f"{prefix}{name}"
         if isinstance(exc, ClassValidationError):
-            yield from _problems(exc, f"{key}.")
+            yield from _problems(exc, f"{key}.", data.get(name))
         elif isinstance(exc, KeyError) and name is not None:
             yield f"{key}: required, not set"
         elif isinstance(exc, ValueError):
@@ -173,9 +175,10 @@ def _attribute(exc: BaseException) -> str | None:
     return None
 
 
-def _unknown_keys(exc: ForbiddenExtraKeysError, prefix: str) -> Iterator[str]:
+def _unknown_keys(exc: ForbiddenExtraKeysError, prefix: str, keys: list[str]
+                  ) -> Iterator[str]:
     names = [field.name for field in attrs.fields(exc.cl)]
-    for key in sorted(exc.extra_fields):
+    for key in keys:
         if f"{prefix}{key}" in REMOVED_KEYS:
             yield f"{prefix}{key}: {REMOVED_KEYS[prefix + key]}"
             continue

@@ -103,11 +103,11 @@ def test_a_section_that_is_not_a_table_is_one_line() -> None:
 
 
 def test_unknown_keys_come_before_the_settings_of_their_section() -> None:
-    """Within a section the unknown keys are listed first (sorted), then each bad
+    """Within a section the unknown keys are listed first (as written), then each bad
     setting in declaration order, every one at once."""
     assert problems({"s3": {"timeout": "x1", "zz": 1, "buket": "b", "concurrency": 0}}) == [
-        "s3.buket: unknown key (did you mean 'bucket'?)",
         "s3.zz: unknown key",
+        "s3.buket: unknown key (did you mean 'bucket'?)",
         "s3.timeout: malformed duration 'x1' (use e.g. \"90s\", \"2m\", \"1h30m\", \"250ms\")",
         "s3.concurrency: must be > 0, got 0",
     ]
