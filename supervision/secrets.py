@@ -146,19 +146,18 @@ def url_secrets(url: str) -> set[str]:
 
 
 def secrets_in(obj: Any) -> set[str]:
-    """Every :class:`Secret` value in an attrs object tree (DSNs in all their forms), and
-    the userinfo and query values of every URL setting (:func:`url_secrets`)."""
-    found: set[str] = set()
+    """Every :class:`Secret` value in a configuration tree (DSNs in all their forms), and
+    the userinfo and query values of every URL setting (:func:`url_secrets`); *obj* may
+    also be one value. The tree is read through :func:`supervision.config.walk`."""
+    if attrs.has(type(obj)):
+        from supervision.config.reference import walk  # the config package imports us
+
+        return set().union(*(secrets_in(value) for _, _, value in walk(obj)))
     if isinstance(obj, str):
-        if "://" in obj:
-            found |= url_secrets(obj)
-    elif isinstance(obj, Secret):
-        if obj:
-            found |= dsn_secrets(obj.reveal())
-    elif attrs.has(type(obj)):
-        for field in attrs.fields(type(obj)):
-            found |= secrets_in(getattr(obj, field.name))
-    return found
+        return url_secrets(obj) if "://" in obj else set()
+    if isinstance(obj, Secret) and obj:
+        return dsn_secrets(obj.reveal())
+    return set()
 
 
 # credentials whatever their value: key=value (libpq and query strings), URL userinfo,

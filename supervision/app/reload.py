@@ -19,8 +19,10 @@ value.
 
 Refused, with ``config_reload_refused``, one line per problem (the words of exit 78), and
 nothing changes (old settings, old connections): an invalid file, and what opening a
-changed resource would refuse and can be checked without connecting — a ``media.ca_file``
-that does not load (``s3.ca_file`` and Kafka's TLS files are checked with the file). A
+changed resource would refuse and can be checked without connecting — a certificate file
+that does not load (``media.ca_file``, ``s3.ca_file``, Kafka's TLS files: all checked with
+the file, :mod:`supervision.config.certificates`; the media bundle is read once more
+before its client is reopened). A
 server the new settings cannot reach (a new DSN with a wrong host or password, another
 broker) is not refused: the new settings apply and the daemon behaves as when that
 server is down at start — back-off, ``/readyz`` 503, no exit — until it is reachable or a
@@ -31,7 +33,7 @@ its file no longer says.
 Whatever the loader raises refuses the reload with one line naming the key (an unclosed
 IPv6 bracket in a URL, arrays nested past the parser's recursion, a TOML datetime for a
 duration, a NUL in a file name), and only regular files of bounded size are read
-(:mod:`supervision.config_files`: a FIFO or a symlink to ``/dev/zero`` is refused at
+(:mod:`supervision.config.files`: a FIFO or a symlink to ``/dev/zero`` is refused at
 once, never waited on). A new ``http.listen`` is bound before the old tree is stopped
 and handed to the new exporter; when it cannot be bound (the port is taken) the reload
 is refused and the old tree serves on.
@@ -48,8 +50,8 @@ import trio
 
 from actors.metrics_exporter import prebind
 from supervision.app.resources import Resource, changed_resources, check_before_reopen
-from supervision.config import Config
-from supervision.config_checks import guarded_problem
+from supervision.config import Config, walk
+from supervision.config.values import guarded_problem
 from supervision.errors import ConfigError
 from supervision.logs import configure_logging
 from supervision.secrets import secrets_in
@@ -68,14 +70,10 @@ class Reloaded:
     reopened: tuple[Resource, ...]  # resources closed and opened anew for the change
 
 
-def leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Every setting of an attrs tree as (dotted key, value)."""
-    for field in attrs.fields(type(obj)):
-        value, key = getattr(obj, field.name), f"{prefix}{field.name}"
-        if attrs.has(type(value)):
-            yield from leaves(value, f"{key}.")
-        else:
-            yield key, value
+def leaves(cfg: Config) -> Iterator[tuple[str, Any]]:
+    """Every setting of *cfg* as (dotted key, value)."""
+    for key, _, value in walk(cfg):
+        yield key, value
 
 
 def _needs_restart(key: str) -> bool:

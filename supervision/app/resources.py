@@ -73,9 +73,9 @@ def changed_resources(old: Config, new: Config) -> tuple[Resource, ...]:
 
 def check_before_reopen(new: Config, resources: tuple[Resource, ...]) -> None:
     """Raise :class:`~supervision.errors.ConfigError` for what opening *resources* with
-    *new* would refuse and loading the files did not already check: the media CA bundle
-    (``s3.ca_file`` and Kafka's TLS files are checked by :func:`load_config`). Reads
-    files: call it in a worker thread."""
+    *new* would refuse: the media CA bundle, read once more (the loader checked every
+    certificate file; this catches one replaced since). Reads files: call it in a
+    worker thread."""
     if Resource.MEDIA in resources:
         verifying_context(new.media.ca_file, "media.ca_file")
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from supervision.app.cli import main
 from supervision.config import load_config, redacted
-from supervision.config_files import MAX_CONFIG_BYTES
+from supervision.config.files import MAX_CONFIG_BYTES
 from supervision.errors import ConfigError
 from supervision.secrets import Scrubber, redact_url, secrets_in
 

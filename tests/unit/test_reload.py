@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 
 from supervision.app.reload import reconcile
@@ -69,15 +70,18 @@ def test_an_unchanged_file_changes_nothing() -> None:
     assert (out.changed, out.needs_restart, out.reopened) == ((), (), ())
 
 
-def test_a_media_ca_file_that_does_not_load_is_refused_before_reopening(
-        tmp_path: Path) -> None:
-    """A changed media.ca_file that holds no certificate fails the check with the words of
-    exit 78; the same file is not read while [media] is unchanged."""
+def test_a_media_ca_file_that_does_not_load_is_refused_when_loaded(tmp_path: Path) -> None:
+    """A changed media.ca_file that holds no certificate refuses the reload at load, with
+    the words of exit 78, before anything is reopened; a good bundle is checked again
+    before the media client is reopened."""
     bad = tmp_path / "ca.pem"
     bad.write_text("not a certificate")
-    new = config(media={"ca_file": str(bad)})
     with pytest.raises(ConfigError) as refused:
-        check_before_reopen(new, reconcile(config(), new).reopened)
+        config(media={"ca_file": str(bad)})
     assert refused.value.problems == [f"media.ca_file: cannot load {str(bad)!r}: "
                                       "not a PEM bundle of CA certificates"]
-    check_before_reopen(new, reconcile(new, new).reopened)
+    good = tmp_path / "good.pem"
+    good.write_text(Path(certifi.where()).read_text())
+    new = config(media={"ca_file": str(good)})
+    assert reconcile(config(), new).reopened == (Resource.MEDIA,)
+    check_before_reopen(new, (Resource.MEDIA,))

@@ -42,7 +42,7 @@ def console(hash_password: bool, config_files: tuple[Path, ...]) -> None:
         return
     import trio
 
-    from supervision.console_config import console_problems
+    from supervision.config import console_problems
     from supervision.logs import configure_logging
     from supervision.secrets import secrets_in
 

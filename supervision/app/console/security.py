@@ -29,7 +29,7 @@ import time
 import attrs
 import structlog
 
-from supervision.console_config import ConsoleConfig
+from supervision.config import ConsoleConfig
 from supervision.passwords import verify_password
 
 MAX_FAILURES = 5

@@ -1,4 +1,4 @@
-"""The ``[console]`` section (issue #27), registered in :mod:`supervision.config`.
+"""The ``[console]`` section (issue #27), a section of :class:`~supervision.config.Config`.
 
 Kept apart from the daemon's sections: only ``safetynet console`` reads it, and what it
 requires (a user and a password hash, or a proxy header and the proxies' addresses) is
@@ -13,39 +13,9 @@ from typing import Any
 
 import attrs
 
+from supervision.config.fields import non_negative, one_of, setting
+from supervision.config.values import host_port
 from supervision.secrets import Secret
-
-
-def _setting(default: Any, doc: str, checks: tuple[Any, ...] = (),
-             maximum: float | None = None) -> Any:
-    # the metadata shape of supervision.config._setting
-    bound = () if maximum is None else (_at_most(maximum),)
-    return attrs.field(default=default, metadata={
-        "doc": doc, "duration": False, "checks": (*checks, *bound), "maximum": maximum})
-
-
-def _at_most(limit: float) -> Any:
-    def check(value: Any) -> str | None:
-        return None if value <= limit else f"must be <= {limit:g}, got {value!r}"
-
-    return check
-
-
-def _listen(value: Any) -> str | None:
-    host, sep, port = str(value).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return f"must be HOST:PORT, got {value!r}"
-    if host != "localhost":
-        try:
-            ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
-            return f"host must be an IP address or localhost, got {host!r}"
-    return None
-
-
-def _auth(value: Any) -> str | None:
-    return None if value in ("basic", "proxy_header") else (
-        f"must be one of basic, proxy_header; got {value!r}")
 
 
 def _password_hash(value: Any) -> str | None:
@@ -77,28 +47,29 @@ def _header(value: Any) -> str | None:
 
 @attrs.frozen
 class ConsoleConfig:
-    listen: str = _setting(
+    listen: str = setting(
         "127.0.0.1:9470", "HOST:PORT of `safetynet console` (loopback by default).",
-        (_listen,))
-    allow_actions: bool = _setting(
+        checks=[host_port])
+    allow_actions: bool = setting(
         False, "Let the console act (requeue, release, pause, resume, audit); read-only when "
         "false.")
-    auth: str = _setting(
+    auth: str = setting(
         "basic", "basic (user + password_hash) or proxy_header (an authenticating proxy's "
-        "header, accepted only from trusted_proxies).", (_auth,))
-    user: str = _setting("", "auth = basic: the login.")
-    password_hash: Secret = _setting(
+        "header, accepted only from trusted_proxies).",
+        checks=[one_of("basic", "proxy_header")])
+    user: str = setting("", "auth = basic: the login.")
+    password_hash: Secret = setting(
         Secret(""), "auth = basic: `safetynet console --hash-password` output (scrypt; never "
-        "a clear-text password).", (_password_hash,))
-    proxy_header: str = _setting(
+        "a clear-text password).", checks=[_password_hash])
+    proxy_header: str = setting(
         "X-Forwarded-User", "auth = proxy_header: the header naming the authenticated user.",
-        (_header,))
-    trusted_proxies: tuple[str, ...] = _setting(
+        checks=[_header])
+    trusted_proxies: tuple[str, ...] = setting(
         (), "auth = proxy_header: addresses or networks the header is accepted from.",
-        (_networks,))
-    refresh: int = _setting(
+        checks=[_networks])
+    refresh: int = setting(
         10, "Seconds between a page's automatic refreshes (0 = never).",
-        (lambda v: None if v >= 0 else f"must be >= 0, got {v!r}",), maximum=3600)
+        checks=[non_negative], maximum=3600)
 
 
 def console_problems(console: ConsoleConfig) -> list[str]:

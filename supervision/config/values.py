@@ -13,20 +13,20 @@
   Loopback addresses and Unix sockets (no host, or a path) are exempt; there is no
   setting to opt out: a DSN without verification names a host anybody on the path may
   impersonate, and the DSN carries the password.
-* :func:`key_file_problem`: a private key file (``kafka.ssl_keyfile``) that its group or
-  others may read or write is refused (chmod 600 or 400): the key is the client's identity.
 * :func:`tracing_url`: the OTLP endpoint is an http(s) URL when set.
+* :func:`http_url`, :func:`host_port`, :func:`bootstrap`, :func:`dsn`: the shapes of the
+  URL, listen address, broker list and DSN settings.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import reprlib
-import stat
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from supervision.secrets import InvalidDsn, parse_dsn, redact_url
 
 MAX_QUOTED = 120  # characters of a value quoted in a problem line
 
@@ -82,21 +82,6 @@ def dsn_transport_problem(params: Mapping[str, Any]) -> str | None:
             f"certificate and name verified), got sslmode={mode}")
 
 
-def key_file_problem(value: Any) -> str | None:
-    """Why a private key file's permissions are refused (group or others may read or
-    write it), or None."""
-    if not value:
-        return None
-    try:
-        mode = os.stat(value).st_mode
-    except (OSError, ValueError):
-        return None  # the readable-file check names what is wrong with the path
-    if stat.S_IMODE(mode) & 0o077:
-        return (f"{bounded_repr(value)} is readable or writable by its group or others "
-                f"(mode {stat.S_IMODE(mode):04o}); chmod 600 it")
-    return None
-
-
 def tracing_url(value: Any) -> str | None:
     """An OTLP endpoint: empty, or an http(s) URL (a query string is allowed, and masked)."""
     if not value:
@@ -109,3 +94,66 @@ def tracing_url(value: Any) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http(s) URL"
     return None
+
+
+def http_url(value: Any) -> str | None:
+    """An http(s) URL with a host and no credentials."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        return f"must be an http(s) URL, got {bounded_repr(redact_url(value))} ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http(s) URL, got {bounded_repr(redact_url(value))}"
+    if parts.username or parts.password:
+        return "must not carry credentials in the URL (use the key/token settings)"
+    return None
+
+
+def host_port(value: Any) -> str | None:
+    """HOST:PORT to listen on, the host an IP address or ``localhost``."""
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or \
+            host.startswith("[") != host.endswith("]"):
+        return f"must be HOST:PORT, got {bounded_repr(value)}"
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        if host != "localhost":
+            return f"host must be an IP address or localhost, got {host!r}"
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bootstrap(value: Any) -> str | None:
+    """A comma-separated list of Kafka brokers' HOST:PORT."""
+    servers = [s.strip() for s in str(value).split(",") if s.strip()]
+    if not servers:
+        return "must list at least one HOST:PORT"
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return f"must be a comma-separated list of HOST:PORT, got {bounded_repr(value)}"
+    return None
+
+
+def dsn(value: Any) -> str | None:
+    """A libpq connection string libpq can read, verified when its host is remote."""
+    text = value.reveal()
+    if not text.strip():
+        return "must be set (a libpq connection string, e.g. postgresql://user@host/db)"
+    if "://" in text and not text.startswith(("postgresql://", "postgres://")):
+        return "must be a postgresql:// URL or a key=value connection string"
+    try:
+        params = parse_dsn(text)  # libpq's own reading; the message never quotes the DSN
+    except InvalidDsn as exc:
+        return str(exc)
+    return dsn_transport_problem(params)
