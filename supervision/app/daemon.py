@@ -10,7 +10,8 @@ from typing import Any
 
 import structlog
 
-from actors.leases.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_locked_cycle
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import CycleOutcome, CycleStatus, run_locked_cycle
 from actors.outbox.relay import run_relay_until_drained
 from supervision.app.reload import reloader
 from supervision.app.resources import open_resource_set

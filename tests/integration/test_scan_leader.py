@@ -16,7 +16,8 @@ import structlog
 import tomli_w
 import trio
 
-from actors.leases.lock_keeper import LockConnection, LockedJob
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import LockedJob
 from actors.leases.scan_leader import SCAN_LEASE, no_cycle, serve_scan_leader
 from supervision.dev.stack import S3Server
 from supervision.metrics import LEADER_GAUGES
