@@ -1,6 +1,6 @@
 """One cycle of the recording-finalize job (seed: RecordingFinalizeRetryJob).
 
->>> counts = await run_finalize_cycle(job, CycleContext("recording-finalize", run_id))
+>>> counts = await run_finalize_cycle(job, CycleContext(Job.RECORDING_FINALIZE, run_id))
 
 Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
@@ -53,10 +53,11 @@ from actors.s3.objectstore import Fault, Found, ObjectStore, Transient
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.health import HEALTH
+from supervision.jobs import Job
 from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("recording_finalize")
-JOB = "recording-finalize"
+JOB = Job.RECORDING_FINALIZE
 EVIDENCE_FAULT = "s3_evidence"  # readiness component: Missing verdicts withheld
 CONTENT_TYPE_FAULT = "s3_content_type"  # readiness component: no usable Content-Type
 
