@@ -6,7 +6,7 @@ auditor actor; the chaos checker judges with the same code).
 >>> [str(v) for v in violations]
 ['missing_outbox: 3f0c… Available recording without call-recording-available']
 
-Each query of ``supervision/sql/queries/audit.sql`` returns the facts of suspect rows in a
+Each query of ``actors/audit/sql/audit.sql`` returns the facts of suspect rows in a
 bounded, indexed window; the ``judge_*`` functions here (pure) name the invariants those
 facts break. The Kafka invariants are in :mod:`actors.audit.ledger`; the S3 one
 (``failed_with_object``) needs HEADs and is judged by ``safetynet audit`` only.

@@ -1,7 +1,7 @@
-"""The recording-finalize job's transactions: plain functions run by ``Database.atomic``.
+"""The recording-finalize job's transactions: plain functions ``Database`` runs in a transaction.
 
 Each function is one unit of work on one connection inside one transaction; SQL is
-called by name from ``supervision/sql/queries/recording_finalize_attempts.sql``.
+called by name from ``actors/finalize/sql/recording_finalize_attempts.sql``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ that does not fit), the savepoint rolls back and the same statement runs once pe
 conference, each in its own SAVEPOINT, so the poison is isolated and the rest commits.
 Rows the guard rejects (started after AsOf) never fail the statement: they come back as
 rejected and are left untouched. SQL is called by name from
-``supervision/sql/queries/conference_sessions.sql``.
+``actors/reaper/sql/conference_sessions.sql``.
 
 Poison (rejected or isolated rows) is remembered in ``safetynet.conference_poison`` in the
 same transaction (``conference_poison.sql``): the claims pass over it until its back-off
