@@ -12,6 +12,9 @@ import trio
 from actors.leases import lock_keeper, scan_leader
 from actors.leases.lock_keeper import CycleContext, CycleOutcome, CycleStatus, LockedJob
 from actors.outbox import listener
+from actors.s3 import credentials
+from actors.s3.credentials import CredentialSource, CredentialsUnavailable
+from supervision.config import S3Config
 from supervision.wakeup import Wakeup
 
 
@@ -107,3 +110,31 @@ async def test_outbox_listener_reconnects_wait_a_jittered_growing_window(
     ceilings = [listener.RECONNECT.ceiling(n) for n in range(1, len(waits) + 1)]
     assert ceilings[:3] == [1.0, 2.0, 4.0] and ceilings[-1] == 15.0
     check_jittered(waits, ceilings)
+
+
+def test_s3_credential_resolution_retries_wait_a_jittered_growing_window() -> None:
+    """A credential chain that keeps failing is asked again after a draw from
+    [0, min(60 s, 1 s x 2^(n-1))] after its n-th failure (seen on a fake clock stepped by
+    20 ms), not on a fixed schedule shared by every replica."""
+    now = [0.0]
+    asked: list[float] = []
+
+    def failing(_cfg: S3Config) -> Any:
+        asked.append(now[0])
+        raise RuntimeError("Credentials were refreshed, but the refreshed credentials are "
+                           "still expired.")
+
+    source = CredentialSource(S3Config(), resolver=failing, clock=lambda: now[0])
+    step = 0.02
+    while len(asked) < 30:
+        with pytest.raises(CredentialsUnavailable):
+            source.current()
+        now[0] += step
+    waits = [b - a for a, b in itertools.pairwise(asked)]
+    ceilings = [credentials.BACKOFF.ceiling(n) + step for n in range(len(waits))]
+    assert ceilings[0] == pytest.approx(1.0 + step) and ceilings[-1] == 60.0 + step
+    for wait, ceiling in zip(waits, ceilings, strict=True):
+        assert 0.0 < wait <= ceiling + 1e-9
+    capped = waits[6:]  # windows of 60 s
+    assert len({round(w, 6) for w in capped}) > len(capped) // 2, capped
+    assert 15.0 < sum(capped) / len(capped) < 45.0
