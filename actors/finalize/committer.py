@@ -71,6 +71,7 @@ from actors.finalize.store import (
 )
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.database import DataProblem
+from supervision.jobs import Job
 from supervision.tracing import span, tracing_enabled
 
 log = structlog.get_logger("finalize_committer")
@@ -252,7 +253,7 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
         _account_row(counts, outcome, effect, log)
         return
     row = outcome.row
-    with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
+    with span(f"{Job.RECORDING_FINALIZE}.row", recording_id=row.recording_id, phase=row.phase,
               attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind.value,
               decision=type(outcome.decision).__name__):
         _account_row(counts, outcome, effect, log)

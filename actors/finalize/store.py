@@ -18,8 +18,9 @@ from actors.envelope import TOPIC_RECORDING_AVAILABLE, event_header_fields
 from actors.finalize.messages import AttemptStatus, ClaimedRow, ClaimPhase
 from actors.finalize.queries import FINALIZE_QUERIES
 from supervision.config import RecordingFinalizeConfig
+from supervision.jobs import Job
 
-SOURCE = "safetynet.recording-finalize"
+SOURCE = f"safetynet.{Job.RECORDING_FINALIZE}"
 
 
 @attrs.frozen

@@ -140,7 +140,7 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
                     if trio.current_time() >= deadline:
                         log.warning("cycle_deadline_reached", phase=phase.name)
                         break
-                    with span("conference-reaper.batch", phase=phase.name) as batch:
+                    with span(f"{JOB}.batch", phase=phase.name) as batch:
                         result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
                                                      ctx.job_run_id)
                         batch.set_attributes({
@@ -194,7 +194,7 @@ async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
     setattr(counts, phase.outcome, getattr(counts, phase.outcome) + len(result.reaped))
     CR_ITEMS.labels(outcome=phase.outcome).inc(len(result.reaped))
     for item in result.reaped:
-        with span("conference-reaper.item", conference_id=item.conference_id,
+        with span(f"{JOB}.item", conference_id=item.conference_id,
                   phase=phase.name, tenant_id=item.tenant_id, outcome=phase.outcome):
             log.info("conference_reaped", phase=phase.name, conference_id=item.conference_id,
                      chat_id=item.chat_id, deal_id=item.deal_id, status=item.status,
@@ -202,7 +202,7 @@ async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
     for failed in result.failed:
         counts.errors += 1
         CR_ERRORS.inc()
-        with span("conference-reaper.item", conference_id=failed.conference_id,
+        with span(f"{JOB}.item", conference_id=failed.conference_id,
                   phase=phase.name, tenant_id=failed.tenant_id, outcome="item_failed",
                   error=failed.error):
             log.error("item_failed", phase=phase.name, conference_id=failed.conference_id,

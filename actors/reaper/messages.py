@@ -14,7 +14,9 @@ from typing import LiteralString
 
 import attrs
 
-SOURCE = "safetynet.conference-reaper"
+from supervision.jobs import Job
+
+SOURCE = f"safetynet.{Job.CONFERENCE_REAPER}"
 
 
 class PhaseName(enum.StrEnum):
