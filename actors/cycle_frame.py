@@ -1,6 +1,6 @@
 """The frame around one cycle of a job, shared by every lock-keeper job.
 
->>> async with cycle_frame("recording-finalize", ctx, counts, log, RF_RUNS,
+>>> async with cycle_frame(Job.RECORDING_FINALIZE, ctx.job_run_id, counts, log, RF_RUNS,
 ...                        RF_CYCLE_DURATION, after=refresh) as frame:
 ...     if misconfigured:
 ...         frame.status = RunStatus.CONFIG_FAULT

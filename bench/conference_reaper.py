@@ -53,6 +53,7 @@ from actors.reaper.recorder_signal import open_media_client
 from supervision.config import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
 
@@ -197,7 +198,7 @@ async def measure(dsn: str, base_url: str, batch_size: int, rounds: int, every: 
     out = Timings()
     async with open_database(dsn, size=4) as db, open_media_client(cfg.media) as http:
         job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http)
-        await run_reaper_cycle(job, CycleContext("conference-reaper", "warm-up"))
+        await run_reaper_cycle(job, CycleContext(Job.CONFERENCE_REAPER, "warm-up"))
         with psycopg.connect(dsn, autocommit=True) as floor_conn:
             for ended in FLOORS.values():  # warm-up
                 seed(dsn, batch_size, every)
@@ -206,7 +207,7 @@ async def measure(dsn: str, base_url: str, batch_size: int, rounds: int, every: 
                 seed(dsn, batch_size, every)
                 started = trio.current_time()
                 counts = await run_reaper_cycle(
-                    job, CycleContext("conference-reaper", str(uuid.uuid4())))
+                    job, CycleContext(Job.CONFERENCE_REAPER, str(uuid.uuid4())))
                 out.cycle.append(trio.current_time() - started)
                 out.reaped.add(counts.empty_timeout + counts.provision_failed
                                + counts.stale_timeout)

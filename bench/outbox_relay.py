@@ -4,7 +4,7 @@ A benchmark (not a test). Each round writes ``--rows`` outbox rows (COPY; ~600-b
 payloads shaped like CallRecordingAvailable, ``--keys`` message keys drawn at random, the
 headers a committer writes) to a fresh topic (``--partitions``, created up front), then:
 
-  relay     ``run_once(cfg, "outbox-relay")`` end to end, as ``safetynet run-once`` does:
+  relay     ``run_once(cfg, Job.OUTBOX_RELAY)`` end to end, as ``safetynet run-once`` does:
             bridge, pool, producer start, advisory lock, cycles (claim 500 rows in id
             order, waves of at most one row per key, mark published) until nothing is
             left; JSON logs rendered to /dev/null as in the daemon.
@@ -91,6 +91,7 @@ from supervision.app.tree import relay_locked_job
 from supervision.bridge import run_asyncio
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
 from tests.messenger import read_topic
@@ -272,7 +273,7 @@ def relay_round(cfg: Config, kafka: KafkaServer, servers: dict[str, int | None],
         meter = CpuMeter(servers)
         with meter.measure():
             if k == "relay":
-                counts = trio.run(run_once, cfg, "outbox-relay")
+                counts = trio.run(run_once, cfg, Job.OUTBOX_RELAY)
                 assert counts["published"] == rows and counts["failed"] == 0, counts
             else:
                 _, result[f"{k}_sends_s"] = aiokafka_ceiling(kafka.bootstrap_servers,
@@ -327,7 +328,7 @@ async def timed_drain(cfg: Config) -> tuple[float, TimedDatabase, TimedProducer]
         job = RelayJob(cfg.outbox_relay, db, producer, max_run_duration=30.0)  # type: ignore[arg-type]
         await producer.start()
         started = time.perf_counter()
-        while (await run_relay_cycle(job, CycleContext("outbox-relay", "bench"))).published:
+        while (await run_relay_cycle(job, CycleContext(Job.OUTBOX_RELAY, "bench"))).published:
             pass
         return time.perf_counter() - started, db, producer
 

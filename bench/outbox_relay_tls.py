@@ -5,7 +5,7 @@ Debian's ``stunnel`` with a throwaway ``trustme`` CA (``tests/tls_terminator.py`
 advertises the terminator's port, so every connection the relay makes is TLS). Each
 round writes ``--rows`` outbox rows (the workload of ``bench/outbox_relay.py``: ~600-byte
 JSON payloads, ``--keys`` keys, the committer's headers) and drains them with
-``run_once(cfg, "outbox-relay")`` end to end — once to the plaintext broker
+``run_once(cfg, Job.OUTBOX_RELAY)`` end to end — once to the plaintext broker
 (``security_protocol = "PLAINTEXT"``) and once to the TLS one (``"SSL"``, ``ssl_cafile`` =
 the throwaway CA), in alternating order from round to round so that drift on a shared
 machine hits both. The figure is TLS events/s as a ratio to plaintext events/s of the
@@ -44,6 +44,7 @@ from bench.outbox_relay import Workload
 from supervision.app.daemon import run_once
 from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
 from tests.tls_terminator import make_pki, open_tls_kafka
@@ -79,7 +80,7 @@ def drain(cfg: Config, work: Workload, topic: str, partitions: int) -> float:
     create_topic(cfg, topic, partitions)
     work.insert(cfg.postgres.dsn.reveal(), topic, str(uuid.uuid4()))
     started = time.perf_counter()
-    counts = trio.run(run_once, cfg, "outbox-relay")
+    counts = trio.run(run_once, cfg, Job.OUTBOX_RELAY)
     wall = time.perf_counter() - started
     assert counts["published"] == len(work.rows) and counts["failed"] == 0, counts
     return len(work.rows) / wall

@@ -64,6 +64,7 @@ from bench._measure import CpuMeter, spread
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
 from supervision.config import config_from_dict
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
 from tests.chaos.daemon import Daemon
@@ -89,7 +90,7 @@ SELECT count(*) FILTER (WHERE status = 'Available'),
        max(s) FILTER (WHERE status IN ('Available', 'Failed'))
 FROM t
 """
-FINALIZE = "recording-finalize"
+FINALIZE = Job.RECORDING_FINALIZE
 DEFAULTS = config_from_dict({"postgres": {"dsn": "postgresql://127.0.0.1/unused"}})
 # the seed's SLO once a recording is due: one polling interval at its default (60 s)
 SLO_S = DEFAULTS.jobs.recording_finalize.polling_interval

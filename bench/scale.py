@@ -76,6 +76,7 @@ from supervision.app.queries import ALL_QUERIES
 from supervision.config import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo
 from tests.chaos.daemon import Daemon, daemon_config
@@ -363,7 +364,7 @@ async def reap_all(dsn: str) -> tuple[int, float, int]:
         job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http)
         started = time.perf_counter()
         while True:
-            c = await run_reaper_cycle(job, CycleContext("conference-reaper", str(uuid.uuid4())))
+            c = await run_reaper_cycle(job, CycleContext(Job.CONFERENCE_REAPER, str(uuid.uuid4())))
             cycles += 1
             n = c.empty_timeout + c.provision_failed + c.stale_timeout
             reaped += n

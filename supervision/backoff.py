@@ -8,8 +8,10 @@ The n-th consecutive failure (0-based) waits a time drawn uniformly from
 ``[0, min(cap, base * factor**n)]`` ("full jitter"): after a PostgreSQL failover every
 replica's reconnect lands somewhere in the window instead of all at once. The draw is
 tenacity's ``wait_random_exponential`` (the library stamina is built on), not our own math.
-Used by the supervisor's restarts, the lock keeper's reconnects, the outbox listener, the
-relay's per-row and per-topic retries and the database's transient-error retries.
+Used by the supervisor's restarts, the lock keeper's and the scan leader's reconnects,
+the outbox listener's reconnects, the S3 credential chain's retries and the relay's
+per-row and per-topic retries. Waits the database schedules itself (a recording's next
+attempt, the reaper's poison hold) are SQL.
 """
 
 from __future__ import annotations

@@ -25,9 +25,11 @@ from typing import Any, Literal
 
 import attrs
 
+from supervision.jobs import Job
+
 SCHEMA = "messenger"
-FINALIZE, REAPER, RELAY = "recording-finalize", "conference-reaper", "outbox-relay"
-JOBS = (FINALIZE, REAPER, RELAY)
+FINALIZE, REAPER, RELAY = Job.RECORDING_FINALIZE, Job.CONFERENCE_REAPER, Job.OUTBOX_RELAY
+JOBS = tuple(Job)
 
 Family = Literal["uuid", "text", "integer", "bigint", "timestamptz", "jsonb"]
 Access = Literal["read", "write", "insert"]

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from supervision.backoff import Backoff
+
 
 class Restart(enum.Enum):
     """When a child that exited is started again (OTP's restart types)."""
@@ -52,14 +54,22 @@ class Intensity:
 
     max_restarts: int = 5
     window: float = 60.0
-    backoff_base: float = 0.1  # delay before the n-th restart in the window: base * 2^(n-1)
+    # the n-th restart in the window waits a time drawn from [0, min(cap, base * 2^(n-1))]
+    backoff_base: float = 0.1
     backoff_cap: float = 5.0
+
+    @property
+    def backoff(self) -> Backoff:
+        """The restart back-off: full jitter over the capped exponential window."""
+        return Backoff(base=self.backoff_base, cap=self.backoff_cap)
+
+    def ceiling(self, recent_restarts: int) -> float:
+        """The longest wait before a restart, given the restarts in the window."""
+        return 0.0 if recent_restarts <= 0 else self.backoff.ceiling(recent_restarts - 1)
 
     def delay(self, recent_restarts: int) -> float:
         """Back-off before a restart, given how many restarts happened in the window."""
-        if recent_restarts <= 0:
-            return 0.0
-        return float(min(self.backoff_cap, self.backoff_base * 2 ** (recent_restarts - 1)))
+        return 0.0 if recent_restarts <= 0 else self.backoff.delay(recent_restarts - 1)
 
 
 @attrs.frozen

@@ -15,10 +15,12 @@ shielded child to end on its own, and nobody would stop it).
 Restarts: PERMANENT children restart after any exit, TRANSIENT ones only after a failure,
 TEMPORARY ones never. The strategy picks which siblings restart with the one that exited
 (one_for_one / one_for_all / rest_for_one); siblings are stopped in reverse order and
-started again in order, after an exponential back-off. More than ``max_restarts`` restarts
-of one child within ``window`` seconds is beyond the restart intensity: the supervisor
-stops every child and raises :class:`RestartIntensityExceeded`, which its own parent
-handles as the failure of a child (supervisors nest); at the root it ends the process.
+started again in order, after a back-off (:class:`~supervision.backoff.Backoff`: full
+jitter over a window that doubles with each restart in the window). More than
+``max_restarts`` restarts of one child within ``window`` seconds is beyond the restart
+intensity: the supervisor stops every child and raises :class:`RestartIntensityExceeded`,
+which its own parent handles as the failure of a child (supervisors nest); at the root it
+ends the process.
 
 What cancellation does: cancelling the supervisor's task stops its children in reverse
 order, each softly (a Trio cancel: in-flight ``must_complete`` blocks finish) and, past its

@@ -1,10 +1,11 @@
 """The finalize claimer: claims due rows batch by batch and routes them.
 
-Inputs: the cycle's AsOf and deadline, the database, the breaker. Outputs: rows that need a
-HEAD go to the S3 reconciler pool; rows that do not (recording already terminal; no verdict
-possible: recording or session missing, unknown session kind, session end in the future)
-go straight to the committer. Restart type: none of its own — it lives and dies
-with its cycle (the lock keeper's nested nursery).
+Inputs: the cycle (:class:`~actors.finalize.state.FinalizeCycle`: its AsOf and deadline,
+the database, the breaker). Outputs: rows that need a HEAD go to the S3 reconciler pool;
+rows that do not (recording already terminal; no verdict possible: recording or session
+missing, unknown session kind, session end in the future) go straight to the committer.
+Restart type: none of its own — it lives and dies with its cycle (the lock keeper's nested
+nursery).
 
 Each claim is one short transaction (``finalize_attempts_claim_due``) that pre-increments
 attempts and moves next_attempt_at, so a row in flight is never claimed twice. A claim
@@ -26,31 +27,27 @@ after their back-off — the seed's at-least-once retry, never a lost row.
 
 from __future__ import annotations
 
-import datetime as dt
-
 import structlog
 import trio
 
 from actors.finalize.messages import BadRow, ClaimedRow, ClaimPhase, RowOutcome, Terminal
-from actors.finalize.state import Breaker, FinalizeCounts
+from actors.finalize.state import FinalizeCycle
 from actors.finalize.store import claim_due
-from supervision.config import RecordingFinalizeConfig
-from supervision.database import Database
 
 log = structlog.get_logger("finalize_claimer")
 
+
 async def run_finalize_claimer(
-    db: Database, cfg: RecordingFinalizeConfig, as_of: dt.datetime, deadline: float,
-    breaker: Breaker, counts: FinalizeCounts, s3_down: bool,
-    to_reconcile: trio.MemorySendChannel[ClaimedRow],
-    to_commit: trio.MemorySendChannel[RowOutcome], size: int | None = None,
+    cycle: FinalizeCycle, to_reconcile: trio.MemorySendChannel[ClaimedRow],
+    to_commit: trio.MemorySendChannel[RowOutcome],
 ) -> None:
-    """Claim *size* rows at a time (default ``batch_size``) until drained; closes both
-    send channels when done (ends the pipeline)."""
-    size = size or cfg.batch_size
+    """Claim ``batch_size`` rows at a time until drained; closes both send channels when
+    done (ends the pipeline)."""
+    cfg, counts, breaker = cycle.cfg, cycle.counts, cycle.breaker
     async with to_reconcile, to_commit:
-        while trio.current_time() < deadline and not breaker.open:
-            claim = await db.atomic(claim_due, cfg, as_of, s3_down or breaker.open, size)
+        while not cycle.stop_claiming:
+            claim = await cycle.db.atomic(claim_due, cfg, cycle.as_of,
+                                          cycle.s3_down or breaker.open, cfg.batch_size)
             counts.skipped_locked += claim.skipped_locked
             counts.rescheduled += claim.rescheduled
             if not claim.rows and not claim.rescheduled:
@@ -66,5 +63,5 @@ async def run_finalize_claimer(
                 else:
                     reason = row.poison_reason or "recording_missing"
                     await to_commit.send(RowOutcome(row, BadRow(reason)))
-        if trio.current_time() >= deadline:
+        if cycle.past_deadline:
             log.info("cycle_deadline_reached")

@@ -1,10 +1,12 @@
-"""The finalize committer: applies each row's outcome as its own transaction.
+"""The finalize committer: applies the rows' outcomes in groups of up to 64 per thread hop.
 
-Inputs: :class:`RowOutcome` messages (receive channel). Outputs: the row's transition,
-its finalize row, its integration and realtime outbox rows — one statement (one
-transaction) per row under the status guard, so each row commits whole or not at all —
-plus counts, metrics, the seed's log events, a span per row, and a wake-up of the outbox
-relay after each group that enqueued events. Restart type: none — it lives for one cycle.
+Inputs: the cycle (:class:`~actors.finalize.state.FinalizeCycle`: its fenced database, run
+id, counts and relay wake-up) and :class:`RowOutcome` messages (receive channel). Outputs:
+each row's transition, its finalize row, its integration and realtime outbox rows under
+the status guard — a row commits whole or not at all, alone or with the rows of its group
+that share its statement — plus counts, metrics, the seed's log events, a span per row,
+and a wake-up of the outbox relay after each group that enqueued events. Restart type:
+none — it lives for one cycle.
 
 It waits for one outcome, then gathers more for up to ``GATHER_S`` (at most ``GROUP``;
 the cycle's committers take turns to gather, so one gathers while the others commit)
@@ -33,7 +35,6 @@ back-off.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -58,7 +59,7 @@ from actors.finalize.metrics import (
     RF_TRANSIENT,
     RF_VERDICTS_WITHHELD,
 )
-from actors.finalize.state import FinalizeCounts
+from actors.finalize.state import FinalizeCounts, FinalizeCycle
 from actors.finalize.store import (
     Applied,
     fail_timeout,
@@ -69,8 +70,8 @@ from actors.finalize.store import (
     unclaim_many,
 )
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
-from supervision.config import RecordingFinalizeConfig
-from supervision.database import Database, DataProblem
+from supervision.database import DataProblem
+from supervision.jobs import Job
 from supervision.tracing import span, tracing_enabled
 
 log = structlog.get_logger("finalize_committer")
@@ -181,13 +182,14 @@ def plan_units(group: list[RowOutcome]) -> list[RowOutcome | OutcomeGroup]:
 
 
 async def run_finalize_committer(
-    db: Database, cfg: RecordingFinalizeConfig, job_run_id: str, counts: FinalizeCounts,
-    inbox: trio.MemoryReceiveChannel[RowOutcome], wake_relay: Callable[[], None],
+    cycle: FinalizeCycle, inbox: trio.MemoryReceiveChannel[RowOutcome],
     gather_turn: trio.Lock | None = None,
 ) -> None:
     """Commit outcomes until *inbox* is closed and drained. Committers sharing
     *gather_turn* gather one at a time (one gathers while the others commit)."""
-    apply = partial(apply_unit, job_run_id=job_run_id, max_attempts=cfg.max_attempts)
+    db, counts = cycle.db, cycle.counts
+    apply = partial(apply_unit, job_run_id=cycle.job_run_id,
+                    max_attempts=cycle.cfg.max_attempts)
     turn = gather_turn or trio.Lock()
     # bound once per cycle: the module's lazy proxy builds a logger on every call (it
     # follows a reload's reconfiguration; this one follows it from the next cycle on)
@@ -235,7 +237,7 @@ async def run_finalize_committer(
                 _account(counts, outcome, effect, clog)
                 enqueued |= effect.applied is not None and effect.applied.enqueued
         if enqueued:
-            wake_relay()
+            cycle.wake_relay()
         for outcome, reason in malformed:
             clog.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
             if await db.atomic(quarantine, outcome.row, reason):
@@ -251,7 +253,7 @@ def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,
         _account_row(counts, outcome, effect, log)
         return
     row = outcome.row
-    with span("recording-finalize.row", recording_id=row.recording_id, phase=row.phase,
+    with span(f"{Job.RECORDING_FINALIZE}.row", recording_id=row.recording_id, phase=row.phase,
               attempts=row.attempts, tenant_id=row.tenant_id, outcome=effect.kind.value,
               decision=type(outcome.decision).__name__):
         _account_row(counts, outcome, effect, log)

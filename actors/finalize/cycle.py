@@ -1,6 +1,6 @@
 """One cycle of the recording-finalize job (seed: RecordingFinalizeRetryJob).
 
->>> counts = await run_finalize_cycle(job, CycleContext("recording-finalize", run_id))
+>>> counts = await run_finalize_cycle(job, CycleContext(Job.RECORDING_FINALIZE, run_id))
 
 Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
@@ -12,6 +12,11 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
        the next one while the pool       │ unusable Content-Type until a usable one    │
        works the last)                   └── at the end: held rows given back ─────────┤
         └──────────────RowOutcome (terminal, poison)────────────────────────────────────┘
+
+The claimer, the reconciler pool and the committers share one
+:class:`~actors.finalize.state.FinalizeCycle` (the fenced database, the configuration, the
+run id, AsOf, the deadline, the counts, the breaker and the verdict gate), built once per
+cycle after the probe; each also gets its own channel ends.
 
 After a green probe, rows quarantined for an object-storage failure are requeued once S3
 has been healthy for ``redrive_after`` (:mod:`actors.finalize.redrive`, one batch per
@@ -29,7 +34,6 @@ Content-Type (at least a few) is a configuration fault the same way.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from functools import partial
 
@@ -47,16 +51,17 @@ from actors.finalize.messages import ClaimedRow, RowOutcome
 from actors.finalize.metrics import RF_CYCLE_DURATION, RF_RUNS, S3_BREAKER_OPEN
 from actors.finalize.reconciler import pool_size, run_s3_reconciler
 from actors.finalize.redrive import observe_s3, redrive_quarantined
-from actors.finalize.state import Breaker, FinalizeCounts
+from actors.finalize.state import Breaker, FinalizeCounts, FinalizeCycle
 from actors.leases.lock_keeper import CycleContext
 from actors.s3.objectstore import Fault, Found, ObjectStore, Transient
 from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.health import HEALTH
+from supervision.jobs import Job
 from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("recording_finalize")
-JOB = "recording-finalize"
+JOB = Job.RECORDING_FINALIZE
 EVIDENCE_FAULT = "s3_evidence"  # readiness component: Missing verdicts withheld
 CONTENT_TYPE_FAULT = "s3_content_type"  # readiness component: no usable Content-Type
 
@@ -92,8 +97,6 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
                 probe = start
             else:
                 evidence = start
-        breaker = Breaker(job.breaker_threshold)
-        gate = VerdictGate(evidence=evidence)
         if isinstance(probe, Fault):
             HEALTH.set_fault("s3", probe.error)
             log.error("config_fault", component="s3", error=probe.error)
@@ -108,21 +111,24 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
         if await observe_s3(job.db, job.cfg, healthy=not s3_down):
             await redrive_quarantined(job.db, job.cfg, as_of, counts)
 
-        pool, size = pool_size(job.concurrency), job.cfg.batch_size
+        cycle = FinalizeCycle(
+            job.db, job.cfg, job.store, ctx.job_run_id, as_of, deadline, s3_down, counts,
+            Breaker(job.breaker_threshold), VerdictGate(evidence=evidence), job.wake_relay)
+        breaker, gate = cycle.breaker, cycle.gate
+        pool = pool_size(job.concurrency)
         # a whole claim fits in the pool's queue: the next claim runs while it is worked
-        rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](size)
+        rows_send, rows_recv = trio.open_memory_channel[ClaimedRow](job.cfg.batch_size)
         outcomes_send, outcomes_recv = trio.open_memory_channel[RowOutcome](
             job.cfg.batch_size)
         # the originals close right after the spawns: only the workers' clones stay open
         gather_turn = trio.Lock()  # committers gather in turn, commit side by side
         async with trio.open_nursery() as nursery, rows_recv, outcomes_recv:
             for _ in range(job.committers):
-                nursery.start_soon(partial(
-                    run_finalize_committer, job.db, job.cfg, ctx.job_run_id, counts,
-                    outcomes_recv.clone(), job.wake_relay, gather_turn))
-            nursery.start_soon(partial(
-                _claim_and_reconcile, job, as_of, deadline, breaker, gate, counts, s3_down,
-                [rows_recv.clone() for _ in range(pool)], rows_send, outcomes_send))
+                nursery.start_soon(run_finalize_committer, cycle, outcomes_recv.clone(),
+                                   gather_turn)
+            nursery.start_soon(_claim_and_reconcile, cycle,
+                               [rows_recv.clone() for _ in range(pool)], rows_send,
+                               outcomes_send)
         if breaker.fault is not None:
             HEALTH.set_fault("s3", breaker.fault)
             log.error("config_fault", component="s3", error=breaker.fault)
@@ -134,9 +140,7 @@ async def run_finalize_cycle(job: FinalizeJob, ctx: CycleContext) -> FinalizeCou
 
 
 async def _claim_and_reconcile(
-    job: FinalizeJob, as_of: dt.datetime, deadline: float, breaker: Breaker,
-    gate: VerdictGate, counts: FinalizeCounts, s3_down: bool,
-    inboxes: list[trio.MemoryReceiveChannel[ClaimedRow]],
+    cycle: FinalizeCycle, inboxes: list[trio.MemoryReceiveChannel[ClaimedRow]],
     rows_send: trio.MemorySendChannel[ClaimedRow],
     outcomes_send: trio.MemorySendChannel[RowOutcome],
 ) -> None:
@@ -145,12 +149,10 @@ async def _claim_and_reconcile(
     async with outcomes_send:
         async with trio.open_nursery() as nursery:
             for inbox in inboxes:
-                nursery.start_soon(run_s3_reconciler, job.store, breaker, gate, inbox,
-                                   outcomes_send.clone())
-            nursery.start_soon(partial(
-                run_finalize_claimer, job.db, job.cfg, as_of, deadline, breaker, counts,
-                s3_down, rows_send, outcomes_send.clone(), job.cfg.batch_size))
-        for outcome in gate.close(breaker_open=breaker.open):
+                nursery.start_soon(run_s3_reconciler, cycle.store, cycle.breaker, cycle.gate,
+                                   inbox, outcomes_send.clone())
+            nursery.start_soon(run_finalize_claimer, cycle, rows_send, outcomes_send.clone())
+        for outcome in cycle.gate.close(breaker_open=cycle.breaker.open):
             await outcomes_send.send(outcome)
 
 

@@ -1,10 +1,20 @@
-"""Per-cycle state of the recording-finalize job: counts and the outage breaker."""
+"""Per-cycle state of the recording-finalize job: counts, the outage breaker, and the
+one :class:`FinalizeCycle` its claimer, reconcilers and committers share."""
 
 from __future__ import annotations
 
-import attrs
+import datetime as dt
+from collections.abc import Callable
 
+import attrs
+import trio
+
+from actors.finalize.evidence import VerdictGate
 from actors.finalize.metrics import S3_BREAKER_OPEN
+from actors.s3.objectstore import ObjectStore
+from supervision.config import RecordingFinalizeConfig
+from supervision.database import Database
+from supervision.wakeup import no_wakeup
 
 
 @attrs.define
@@ -63,3 +73,32 @@ class Breaker:
         if fault is not None:
             self.fault = fault
         S3_BREAKER_OPEN.set(1)
+
+
+@attrs.frozen
+class FinalizeCycle:
+    """One cycle, as its actors see it: built once by ``run_finalize_cycle`` after the
+    bucket probe, then handed to the claimer, the reconcilers and the committers (each
+    also gets its own channel ends). Frozen: the mutable parts are the counts, the
+    breaker and the gate, shared on purpose (one Trio thread, no locks needed)."""
+
+    db: Database  # fenced under the cycle's lease term when it runs under a lock keeper
+    cfg: RecordingFinalizeConfig
+    store: ObjectStore
+    job_run_id: str
+    as_of: dt.datetime  # the database clock at the cycle's start: what is due
+    deadline: float  # trio.current_time() + max_run_duration: no claim starts after it
+    s3_down: bool  # the probe found the bucket unreachable: only rows needing no HEAD
+    counts: FinalizeCounts
+    breaker: Breaker
+    gate: VerdictGate  # Missing verdicts held until there is evidence
+    wake_relay: Callable[[], None] = no_wakeup
+
+    @property
+    def stop_claiming(self) -> bool:
+        """Past the deadline, or the breaker opened: the claimer claims no more."""
+        return self.breaker.open or self.past_deadline
+
+    @property
+    def past_deadline(self) -> bool:
+        return trio.current_time() >= self.deadline

@@ -1,4 +1,4 @@
-"""The recording-finalize job's transactions: plain functions run by ``Database.atomic``.
+"""The recording-finalize job's transactions: plain functions ``Database`` runs in a transaction.
 
 Each function is one unit of work on one connection inside one transaction; SQL is
 called by name from ``actors/finalize/sql/recording_finalize_attempts.sql``.
@@ -18,8 +18,9 @@ from actors.envelope import TOPIC_RECORDING_AVAILABLE, event_header_fields
 from actors.finalize.messages import AttemptStatus, ClaimedRow, ClaimPhase
 from actors.finalize.queries import FINALIZE_QUERIES
 from supervision.config import RecordingFinalizeConfig
+from supervision.jobs import Job
 
-SOURCE = "safetynet.recording-finalize"
+SOURCE = f"safetynet.{Job.RECORDING_FINALIZE}"
 
 
 @attrs.frozen

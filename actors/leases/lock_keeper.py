@@ -1,6 +1,6 @@
 """The lock keeper: single-runner leadership for one job, one cycle per tick.
 
->>> job = LockedJob("recording-finalize", interval=60, lock_ttl=300, cycle=finalize_cycle)
+>>> job = LockedJob(Job.RECORDING_FINALIZE, interval=60, lock_ttl=300, cycle=finalize_cycle)
 >>> await nursery.start(serve_lock_keeper, job, dsn)
 
 Inputs: the job (its interval, its lock TTL and the coroutine that runs one cycle) and a
@@ -20,7 +20,8 @@ that was not woken, right after the pause check: when it finds nothing to do, th
 is skipped without taking the lease (``skipped_idle``, not logged), so an idle daemon
 does one cheap read per tick instead of a lease, a fenced claim and a release.
 
-Each tick: take the job's lease (``safetynet.leases``, migration 0005; a new term, valid
+Each tick: take the job's lease (:mod:`actors.leases.lease`, where every lease is taken;
+``safetynet.leases``, migration 0005; a new term, valid
 ``lock_ttl`` on the database clock) and, next to it, the advisory lock when it is free (so
 ``pg_locks`` still shows the leader, and a replica of the advisory-lock release before
 leases cannot lead meanwhile). Held by a live holder → the cycle is skipped. So is a tick
@@ -35,7 +36,10 @@ every ``ping_interval`` and renews the lease every ``lock_ttl / 4``; when the co
 dies or the renewal is refused (another daemon took the lease: this one was frozen past
 its TTL), the cycle's scope is cancelled at once, and a write already in flight is
 rejected by the fence (``LeaseLost``). Either way the keeper logs ``lease_lost`` or
-``lock_lost``, steps down and tries again at its next tick.
+``lock_lost``, steps down and tries again at its next tick. A tick that could not reach
+the database, or whose cycle met a server going away, is followed by a back-off
+(:class:`~supervision.backoff.Backoff`, full jitter up to ``reconnect_cap``), so replicas
+that lost PostgreSQL together do not come back in lockstep.
 
 A frozen holder cannot hold on: its lease expires ``lock_ttl`` after its last renewal and
 a standby takes it at its next tick, with no session killed by hand. A holder whose lock
@@ -49,27 +53,35 @@ is taken over because its session is gone).
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
-import hashlib
-import os
-import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import attrs
-import psycopg
 import structlog
 import trio
 
+from actors.leases.lease import (
+    DB_ERRORS,
+    LockConnection,
+    Loss,
+    LossReason,
+    PreviousState,
+    give_back,
+    keep,
+    lock_key,
+    reconnect_backoff,
+)
+from supervision.backoff import Backoff
 from supervision.database import Fence
 from supervision.errors import InfrastructureError, LeaseLost, describe
 from supervision.metrics import JOB_PAUSED, LEASE_LOST, LEASE_TERM, LOCK_HELD
-from supervision.pgconn import connect
-from supervision.queries import QUERIES
 from supervision.ticker import Ticker
 from supervision.wakeup import Wakeup
+
+__all__ = ["CycleContext", "CycleOutcome", "CycleStatus", "LockConnection", "LockedJob",
+           "run_locked_cycle", "serve_lock_keeper"]
 
 log = structlog.get_logger("lock_keeper")
 
@@ -88,18 +100,6 @@ class CycleStatus(enum.StrEnum):
     LEASE_LOST = "lease_lost"  # another daemon took the lease over; the cycle stepped down
     OVERRAN = "overran"  # the cycle hit lock_ttl and was cancelled
     INFRASTRUCTURE_ERROR = "infrastructure_error"  # a server went away mid-cycle
-
-
-def lock_key(job: str) -> int:
-    """A stable signed 64-bit advisory lock key for *job*."""
-    digest = hashlib.sha256(f"safetynet:{job}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-# Held shared by every lease-era lock session (advisory_lock_mark_lease_era): an advisory
-# lock holder without it is a replica of the release before leases, which leads by the
-# advisory lock alone.
-LEASE_ERA_MARKER = lock_key("lease-era")
 
 
 @attrs.frozen
@@ -134,6 +134,11 @@ class LockedJob(Generic[R]):
     def key(self) -> int:
         return lock_key(self.name)
 
+    @property
+    def reconnect(self) -> Backoff:
+        """The wait after failed ticks: full jitter up to ``reconnect_cap``."""
+        return reconnect_backoff(self)
+
 
 @attrs.frozen
 class CycleOutcome(Generic[R]):
@@ -143,144 +148,6 @@ class CycleOutcome(Generic[R]):
     job_run_id: str | None = None
     result: R | None = None
     error: str | None = None  # why, for NO_CONNECTION (the driver's first line)
-
-
-@attrs.frozen
-class Lease:
-    """A lease this process holds: the job, its term, and whom it took it from."""
-
-    job: str
-    term: int
-    previous_holder: str | None = None
-    previous_state: str = "released"  # released | expired | session_gone
-    advisory: bool = False  # this session also holds the job's advisory lock
-
-    @property
-    def fence(self) -> Fence:
-        return Fence(self.job, self.term)
-
-
-@attrs.frozen
-class JobPause:
-    """A row of ``safetynet.job_pauses``: the job is paused on every replica."""
-
-    reason: str | None
-    paused_at: dt.datetime  # the database clock
-    paused_by: str
-
-
-def holder_name() -> str:
-    """Who holds a lease, as operators read it: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class LockConnection:
-    """The keeper's own connection (the lease's session; advisory locks are
-    session-level), used only from worker threads one call at a time; ``discard`` ends
-    the session and so every advisory lock."""
-
-    def __init__(self, dsn: str, deadline: float | None = None,
-                 holder: str | None = None) -> None:
-        self.dsn = dsn
-        self.deadline = deadline  # client-side bound of a round trip (supervision.pgconn)
-        self.holder = holder or holder_name()
-        self.conn: psycopg.Connection | None = None
-        self.failures = 0
-        self.pause_logged: JobPause | None = None  # the pause cycle_skipped_paused named
-        self.older_logged = False  # cycle_skipped_older_release_leads said once per episode
-
-    async def ensure(self) -> psycopg.Connection:
-        if self.conn is None or self.conn.closed:
-            def open_session() -> psycopg.Connection:
-                conn = connect(self.dsn, self.deadline, connect_timeout=5,
-                               application_name="safetynet-lock")
-                conn.execute(QUERIES["lease_session_setup"])
-                conn.execute(QUERIES["advisory_lock_mark_lease_era"],
-                             {"marker": LEASE_ERA_MARKER})
-                return conn
-
-            self.conn = await trio.to_thread.run_sync(open_session, abandon_on_cancel=True)
-        return self.conn
-
-    async def fetch(self, name: str, params: dict[str, Any], limit: float, *,
-                    connect: bool = True) -> tuple[Any, ...] | None:
-        """Run a lock or lease query, its first row; with ``connect=False`` a lost
-        connection is an error, never a fresh session (a new session holds nothing)."""
-        if connect:
-            conn = await self.ensure()
-        elif self.conn is None or self.conn.closed:
-            raise psycopg.OperationalError("lock connection is closed")
-        else:
-            conn = self.conn
-
-        def call() -> tuple[Any, ...] | None:
-            cur = conn.execute(QUERIES[name], params)
-            return cur.fetchone() if cur.description is not None else None
-
-        with trio.fail_after(limit):
-            return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
-
-    async def query(self, name: str, key: int, limit: float, *, connect: bool = True) -> Any:
-        """An advisory-lock query on *key*: its single value."""
-        row = await self.fetch(name, {"key": key}, limit, connect=connect)
-        return row[0] if row else None
-
-    async def pause(self, job: LockedJob[Any]) -> JobPause | None:
-        """*job*'s pause, when it is paused."""
-        row = await self.fetch("job_pauses_get", {"job": job.name}, limit=5.0)
-        return None if row is None else JobPause(row[0], row[1], row[2])
-
-    async def acquire(self, job: LockedJob[Any]) -> Lease | None:
-        """Take *job*'s lease (and its advisory lock when free); None when it is held."""
-        got_lock = await self.query("advisory_lock_try", job.key, limit=5.0)
-        if not got_lock and await self.older_leader(job):
-            if not self.older_logged:
-                log.warning("cycle_skipped_older_release_leads", job=job.name)
-                self.older_logged = True
-            return None
-        self.older_logged = False
-        row = await self.fetch("lease_acquire", {"job": job.name, "holder": self.holder,
-                                                 "ttl": job.lock_ttl}, limit=5.0)
-        if row is None:
-            if got_lock:
-                await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
-            return None
-        return Lease(job.name, int(row[0]), row[1], str(row[2]), bool(got_lock))
-
-    async def older_leader(self, job: LockedJob[Any], *, connect: bool = True) -> bool:
-        """Whether a replica of the advisory-lock release (before leases) holds *job*'s
-        advisory lock: rolling upgrade from it, that replica leads."""
-        row = await self.fetch("advisory_lock_older_holders",
-                               {"key": job.key, "marker": LEASE_ERA_MARKER}, limit=5.0,
-                               connect=connect)
-        return bool(row and row[0])
-
-    async def renew(self, job: LockedJob[Any], lease: Lease, limit: float) -> bool:
-        """Extend the lease by ``lock_ttl``; False when its term is no longer live, or
-        when, holding the lease without the advisory lock, a replica of the release before
-        leases took that lock meanwhile (it leads: this one steps down)."""
-        if not lease.advisory and await self.older_leader(job, connect=False):
-            log.warning("lease_yielded_to_older_release", job=job.name)
-            return False
-        row = await self.fetch("lease_renew", {"job": job.name, "term": lease.term,
-                                               "ttl": job.lock_ttl}, limit, connect=False)
-        return row is not None
-
-    async def release(self, job: LockedJob[Any], lease: Lease) -> None:
-        await self.fetch("lease_release", {"job": job.name, "term": lease.term}, 2.0,
-                         connect=False)
-        if lease.advisory:
-            await self.query("advisory_lock_release", job.key, limit=2.0, connect=False)
-
-    def discard(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.close()  # ends the session: the server releases every lock it held
-
-
-# a server or a connection failing: back off and try again. A missing schema (a
-# ProgrammingError) is not one of them: it crashes the keeper, which escalates.
-DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, OSError, trio.TooSlowError)
 
 
 async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
@@ -319,11 +186,13 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
     run_id = str(uuid.uuid4())
     LOCK_HELD.labels(job=job.name).set(1)
     LEASE_TERM.labels(job=job.name).set(lease.term)
-    if lease.previous_state != "released" and lease.previous_holder not in (None, lock.holder):
+    taken_over = lease.previous_state is not PreviousState.RELEASED
+    if taken_over and lease.previous_holder not in (None, lock.holder):
         # the previous holder did not give it back: it froze past its TTL, or it is gone
         log.warning("lease_taken_over", job=job.name, term=lease.term,
                     previous_holder=lease.previous_holder, how=lease.previous_state)
     lost: CycleStatus | None = None
+    loss: Loss | None = None
     result: R | None = None
     try:
         with structlog.contextvars.bound_contextvars(job=job.name, job_run_id=run_id):
@@ -332,8 +201,14 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
                     with trio.move_on_after(job.lock_ttl) as ttl_scope:
 
                         async def watchdog() -> None:
-                            nonlocal lost
-                            lost = await _watch(job, lock, lease)
+                            nonlocal lost, loss
+                            loss = await keep(lock, job, lease)
+                            if loss.reason is LossReason.RENEWAL_REFUSED:
+                                log.error("lease_lost", term=lease.term, reason=loss.reason)
+                                lost = CycleStatus.LEASE_LOST
+                            else:
+                                log.error("lock_lost", error=loss.error)
+                                lost = CycleStatus.LOST_LOCK
                             ttl_scope.cancel()
 
                         nursery.start_soon(watchdog)
@@ -351,7 +226,7 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
     finally:
         LOCK_HELD.labels(job=job.name).set(0)
         with trio.CancelScope(shield=True):
-            await _release(job, lock, lease, lost)
+            await give_back(lock, job, lease, loss)
     if lost is not None:
         return CycleOutcome(lost, run_id)
     if ttl_scope.cancelled_caught:
@@ -365,37 +240,6 @@ async def _idle(job: LockedJob[Any]) -> bool:
         return await job.idle()
     except InfrastructureError:
         return False
-
-
-async def _watch(job: LockedJob[Any], lock: LockConnection, lease: Lease) -> CycleStatus:
-    """Ping the lock session and renew the lease until one fails; how it failed."""
-    renew_every = max(job.ping_interval, job.lock_ttl / 4)
-    renewed_at = trio.current_time()
-    while True:
-        await trio.sleep(job.ping_interval)
-        try:
-            if trio.current_time() - renewed_at >= renew_every:
-                if not await lock.renew(job, lease, limit=job.ping_timeout):
-                    log.error("lease_lost", term=lease.term, reason="renewal_refused")
-                    return CycleStatus.LEASE_LOST
-                renewed_at = trio.current_time()
-            else:
-                await lock.query("advisory_lock_ping", job.key, limit=job.ping_timeout,
-                                 connect=False)
-        except DB_ERRORS as exc:
-            log.error("lock_lost", error=type(exc).__name__)
-            return CycleStatus.LOST_LOCK
-
-
-async def _release(job: LockedJob[Any], lock: LockConnection, lease: Lease,
-                   lost: CycleStatus | None) -> None:
-    if lost is CycleStatus.LOST_LOCK:
-        lock.discard()
-        return
-    try:
-        await lock.release(job, lease)
-    except DB_ERRORS:
-        lock.discard()
 
 
 async def serve_lock_keeper(
@@ -429,7 +273,6 @@ async def serve_lock_keeper(
             no_connection = outcome.status == CycleStatus.NO_CONNECTION
             failures = lock.failures if no_connection else failed_cycles
             if failures:
-                delay = min(job.reconnect_cap, job.reconnect_base * 2 ** (failures - 1))
-                await trio.sleep(delay)
+                await trio.sleep(job.reconnect.delay(failures - 1))
     finally:
         lock.discard()

@@ -9,7 +9,8 @@ replica count for no new information: every replica would compute the same numbe
 they run under a lease of their own, ``database-scans`` (a row of ``safetynet.leases``
 like the jobs'; the table is keyed by the job's name, so a new name needs no migration).
 Unlike a job's lease, taken per cycle, this one is *sticky*: the holder keeps it, renewed
-every ``lock_ttl / 4`` by the lock keeper's watchdog, for as long as it runs, and the
+every ``lock_ttl / 4`` by the same watchdog as a job's (:func:`actors.leases.lease.keep`),
+for as long as it runs, and the
 standbys try to take it every ``interval``. The holder exports the database-wide gauges
 (:data:`~supervision.metrics.LEADER_GAUGES`); a standby exports none of them, so a
 replica that stopped leading never shows stale values, and alerts aggregate with
@@ -24,7 +25,8 @@ logged (``scan_leader_elected``, ``scan_leader_stepped_down``) and shown by
 Inputs: the lease's timing (a :class:`~actors.leases.lock_keeper.LockedJob`, whose cycle is not
 used), a DSN for the lease's own session, and *work*: started (``nursery.start``
 semantics) when the lease is taken, cancelled when it is lost or on shutdown. Restart
-type: permanent. An unreachable database: back-off, standby, no crash. *work* failing is
+type: permanent. An unreachable database: back-off (full jitter up to ``reconnect_cap``),
+standby, no crash. *work* failing is
 this actor failing: the lease is given back first. A database without safetynet's schema
 (the lease cannot be read) is backed off like an unreachable one: the scans only read,
 and the job keepers are the ones that crash on it.
@@ -42,13 +44,22 @@ import psycopg
 import structlog
 import trio
 
-from actors.leases.lock_keeper import DB_ERRORS, CycleContext, Lease, LockConnection, LockedJob
+from actors.leases.lease import (
+    DB_ERRORS,
+    Lease,
+    LockConnection,
+    Loss,
+    give_back,
+    keep,
+    reconnect_backoff,
+)
+from actors.leases.lock_keeper import CycleContext, LockedJob
 from supervision.errors import describe
+from supervision.jobs import SCAN_LEASE
 from supervision.metrics import LEADER_GAUGES, LEASE_LOST, LEASE_TERM, LOCK_HELD
 
 log = structlog.get_logger("scan_leader")
 
-SCAN_LEASE = "database-scans"
 Work = Callable[..., Awaitable[Any]]  # called as work(task_status=...)
 
 
@@ -77,6 +88,7 @@ async def serve_scan_leader(
     LOCK_HELD.labels(job=lease.name).set(0)
     task_status.started()
     failures = 0
+    backoff = reconnect_backoff(lease)
     try:
         while True:
             try:
@@ -88,8 +100,7 @@ async def serve_scan_leader(
                 failures += 1
                 log.warning("lock_connection_failed", job=lease.name, error=describe(exc),
                             failures=failures)
-                await trio.sleep(min(lease.reconnect_cap,
-                                     lease.reconnect_base * 2 ** (failures - 1)))
+                await trio.sleep(backoff.delay(failures - 1))
                 continue
             failures = 0
             if held is not None:
@@ -107,13 +118,13 @@ async def _lead(lease: LockedJob[Any], lock: LockConnection, held: Lease, work: 
     LOCK_HELD.labels(job=lease.name).set(1)
     LEASE_TERM.labels(job=lease.name).set(held.term)
     LEADER_GAUGES.standby = False
-    lost: str | None = None
+    lost: Loss | None = None
     try:
         async with trio.open_nursery() as nursery:
 
             async def watchdog() -> None:
                 nonlocal lost
-                lost = await _keep(lease, lock, held)
+                lost = await keep(lock, lease, held)
                 nursery.cancel_scope.cancel()
 
             async def scans(task_status: trio.TaskStatus[None]) -> None:
@@ -126,39 +137,16 @@ async def _lead(lease: LockedJob[Any], lock: LockConnection, held: Lease, work: 
         LEADER_GAUGES.standby = True
         LOCK_HELD.labels(job=lease.name).set(0)
         with trio.CancelScope(shield=True):
-            await _give_back(lease, lock, held, lost)
+            await give_back(lock, lease, held, lost)
     if lost is not None:
         LEASE_LOST.labels(job=lease.name).inc()
     log.warning("scan_leader_stepped_down", job=lease.name, term=held.term,
-                reason=lost or "work_exited")
+                reason=_reason(lost))
 
 
-async def _keep(lease: LockedJob[Any], lock: LockConnection, held: Lease) -> str:
-    """Ping the lease's session and renew it every ``lock_ttl / 4`` until either fails
-    (as the lock keeper's watchdog does for a cycle); why it was lost."""
-    renew_every = max(lease.ping_interval, lease.lock_ttl / 4)
-    renewed_at = trio.current_time()
-    while True:
-        await trio.sleep(lease.ping_interval)
-        try:
-            if trio.current_time() - renewed_at >= renew_every:
-                if not await lock.renew(lease, held, limit=lease.ping_timeout):
-                    return "renewal_refused"  # frozen past lock_ttl: another replica leads
-                renewed_at = trio.current_time()
-            else:
-                await lock.query("advisory_lock_ping", lease.key, limit=lease.ping_timeout,
-                                 connect=False)
-        except DB_ERRORS as exc:
-            return f"lock_lost:{type(exc).__name__}"
-
-
-async def _give_back(lease: LockedJob[Any], lock: LockConnection, held: Lease,
-                     lost: str | None) -> None:
-    """Release the lease (a standby leads at its next try); a dead session is closed."""
-    if lost is not None and lost.startswith("lock_lost"):
-        lock.discard()
-        return
-    try:
-        await lock.release(lease, held)
-    except DB_ERRORS:
-        lock.discard()
+def _reason(lost: Loss | None) -> str:
+    """The step-down's reason as logged: ``renewal_refused``, ``lock_lost:<error>`` or
+    ``work_exited``."""
+    if lost is None:
+        return "work_exited"
+    return str(lost.reason) if lost.error is None else f"{lost.reason}:{lost.error}"

@@ -14,7 +14,8 @@ migration 0002), so events written by the messenger service are published in
 milliseconds, not at the next poll. A connection can die silently (a network partition
 sends no FIN; a stopped backend whose kernel still answers TCP): a ping every
 ``check_every`` seconds, bounded client-side by *deadline*, and TCP keepalives find it,
-and the listener reconnects with back-off. Meanwhile the relay's ``poll_interval``
+and the listener reconnects with back-off (:data:`RECONNECT`, full jitter: a wait drawn
+from ``[0, min(15 s, 0.5 s x 2^failures)]``). Meanwhile the relay's ``poll_interval``
 fallback keeps publishing, so a dead LISTEN never stalls anything.
 
 Started: once ``LISTEN`` is in place, so a commit after ``nursery.start`` returns always
@@ -38,6 +39,7 @@ import trio
 
 from actors.outbox.metrics import LISTENER_CONNECTED, LISTENER_RECONNECTS
 from actors.outbox.queries import OUTBOX_QUERIES
+from supervision.backoff import Backoff
 from supervision.errors import describe
 from supervision.pgconn import TCP, connect
 from supervision.queries import QUERIES
@@ -48,6 +50,8 @@ log = structlog.get_logger("outbox_listener")
 APPLICATION_NAME = "safetynet-listen"  # how operators (and tests) find it in pg_stat_activity
 DEFAULTS: dict[str, str | int] = {**TCP, "connect_timeout": 5,
                                   "application_name": APPLICATION_NAME}
+RECONNECT = Backoff(base=0.5, cap=15.0)
+"""The wait before reconnecting after the n-th consecutive failure (full jitter)."""
 
 
 def _listen(conn: psycopg.Connection, wake: Callable[[], None], stop: threading.Event,
@@ -123,4 +127,4 @@ async def serve_outbox_listener(
             stop.set()
             if conn is not None:
                 conn.close()
-        await trio.sleep(min(15.0, 0.5 * 2 ** min(failures, 5)))
+        await trio.sleep(RECONNECT.delay(failures))

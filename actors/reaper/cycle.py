@@ -1,7 +1,7 @@
 """One cycle of the conference-reaper job (seed: ConferenceRoomReaperJob).
 
 >>> job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http, wake_relay)
->>> counts = await run_reaper_cycle(job, CycleContext("conference-reaper", run_id))
+>>> counts = await run_reaper_cycle(job, CycleContext(Job.CONFERENCE_REAPER, run_id))
 
 Runs inside the lock keeper's scope while it holds the job's advisory lock:
 
@@ -83,11 +83,12 @@ from actors.reaper.recorder_signal import RecorderSignal, run_recorder_signal
 from actors.reaper.store import active_backlog, poisoned_count, prune_poison, reap_phase
 from supervision.config import ConferenceReaperConfig, MediaConfig
 from supervision.database import Database
+from supervision.jobs import Job
 from supervision.tracing import span
 from supervision.wakeup import no_wakeup
 
 log = structlog.get_logger("conference_reaper")
-JOB = "conference-reaper"
+JOB = Job.CONFERENCE_REAPER
 
 
 @attrs.define
@@ -120,7 +121,7 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
     if ctx.fence is not None:  # writes commit only under the lease's term
         job = attrs.evolve(job, db=job.db.fenced(ctx.fence))
     counts = ReaperCounts()
-    async with cycle_frame("conference-reaper", ctx.job_run_id, counts, log, CR_RUNS,
+    async with cycle_frame(JOB, ctx.job_run_id, counts, log, CR_RUNS,
                            CR_CYCLE_DURATION, after=partial(refresh_backlog, job.db, job.cfg)):
         deadline = trio.current_time() + job.cfg.max_run_duration
         as_of = await job.db.run(db_now)
@@ -139,7 +140,7 @@ async def run_reaper_cycle(job: ReaperJob, ctx: CycleContext) -> ReaperCounts:
                     if trio.current_time() >= deadline:
                         log.warning("cycle_deadline_reached", phase=phase.name)
                         break
-                    with span("conference-reaper.batch", phase=phase.name) as batch:
+                    with span(f"{JOB}.batch", phase=phase.name) as batch:
                         result = await job.db.atomic(reap_phase, phase, job.cfg, as_of,
                                                      ctx.job_run_id)
                         batch.set_attributes({
@@ -193,7 +194,7 @@ async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
     setattr(counts, phase.outcome, getattr(counts, phase.outcome) + len(result.reaped))
     CR_ITEMS.labels(outcome=phase.outcome).inc(len(result.reaped))
     for item in result.reaped:
-        with span("conference-reaper.item", conference_id=item.conference_id,
+        with span(f"{JOB}.item", conference_id=item.conference_id,
                   phase=phase.name, tenant_id=item.tenant_id, outcome=phase.outcome):
             log.info("conference_reaped", phase=phase.name, conference_id=item.conference_id,
                      chat_id=item.chat_id, deal_id=item.deal_id, status=item.status,
@@ -201,7 +202,7 @@ async def _report(result: PhaseResult, counts: ReaperCounts) -> None:
     for failed in result.failed:
         counts.errors += 1
         CR_ERRORS.inc()
-        with span("conference-reaper.item", conference_id=failed.conference_id,
+        with span(f"{JOB}.item", conference_id=failed.conference_id,
                   phase=phase.name, tenant_id=failed.tenant_id, outcome="item_failed",
                   error=failed.error):
             log.error("item_failed", phase=phase.name, conference_id=failed.conference_id,

@@ -9,16 +9,27 @@ whether it emits ``conference-ended`` and which realtime row it writes.
 
 from __future__ import annotations
 
+import enum
 from typing import LiteralString
 
 import attrs
 
-SOURCE = "safetynet.conference-reaper"
+from supervision.jobs import Job
+
+SOURCE = f"safetynet.{Job.CONFERENCE_REAPER}"
+
+
+class PhaseName(enum.StrEnum):
+    """A reaper phase's name (logs, spans, ``plan``; ``safetynet.conference_phase``'s text)."""
+
+    EMPTY_ROOM = "empty-room"  # Active, nobody in the room past empty_room_grace
+    PROVISION_TIMEOUT = "provision-timeout"  # Provisioning past provision_timeout
+    STALE_LIVE = "stale-live"  # Active, no activity past stale_live_timeout
 
 
 @attrs.frozen
 class Phase:
-    name: str  # empty-room | provision-timeout | stale-live (logs)
+    name: PhaseName
     outcome: str  # empty_timeout | provision_failed | stale_timeout (counts, metric label)
     claim_query: LiteralString
     from_status: str
@@ -28,12 +39,12 @@ class Phase:
     realtime_kind: str
 
 
-EMPTY_ROOM = Phase("empty-room", "empty_timeout", "conference_sessions_claim_empty_room",
+EMPTY_ROOM = Phase(PhaseName.EMPTY_ROOM, "empty_timeout", "conference_sessions_claim_empty_room",
                    "Active", "Ended", "EmptyTimeout", True, "ConferenceEnded")
-PROVISION_TIMEOUT = Phase("provision-timeout", "provision_failed",
+PROVISION_TIMEOUT = Phase(PhaseName.PROVISION_TIMEOUT, "provision_failed",
                           "conference_sessions_claim_provision_timeout",
                           "Provisioning", "Failed", "Error", False, "ConferenceSignal")
-STALE_LIVE = Phase("stale-live", "stale_timeout", "conference_sessions_claim_stale_live",
+STALE_LIVE = Phase(PhaseName.STALE_LIVE, "stale_timeout", "conference_sessions_claim_stale_live",
                    "Active", "Ended", "Timeout", True, "ConferenceEnded")
 PHASES = (EMPTY_ROOM, PROVISION_TIMEOUT, STALE_LIVE)
 

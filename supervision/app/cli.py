@@ -25,14 +25,21 @@ import tomli_w
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG, config_paths, load_config, redacted
 from supervision.errors import ConfigError, SafetynetError, describe
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.secrets import secrets_in
 from supervision.terminal import cell, printable
 
-JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
+JOBS = tuple(job.value for job in Job)  # click matches an Enum by name: offer the values
 EXIT_SLO = 2  # status: an SLO is violated; requeue: an unknown id
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _job_option(help_text: str) -> Callable[[_F], _F]:
+    """``--job``: one of :class:`~supervision.jobs.Job`'s names, passed on as the member."""
+    return click.option("--job", required=True, type=click.Choice(JOBS), help=help_text,
+                        callback=lambda _ctx, _param, value: Job(value))
 
 
 def _config_option(func: _F) -> _F:
@@ -148,9 +155,9 @@ def run(config_files: tuple[Path, ...]) -> None:
 
 
 @main.command("run-once")
-@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to run once.")
+@_job_option("The job to run once.")
 @_config_option
-def run_once(job: str, config_files: tuple[Path, ...]) -> None:
+def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
     """Run one full cycle of JOB, print its counts as one JSON line, exit."""
     import trio
 
@@ -226,8 +233,8 @@ def _print_status(current: Any) -> None:
     table = Table(title="safetynet status", show_header=True)
     table.add_column("what")
     table.add_column("value", justify="right")
-    for section, values in (("recording-finalize", current.finalize),
-                            ("conference-reaper", current.conferences),
+    for section, values in ((Job.RECORDING_FINALIZE, current.finalize),
+                            (Job.CONFERENCE_REAPER, current.conferences),
                             ("outbox", current.outbox)):
         for key, value in values.items():
             table.add_row(f"{section} {key}", cell(value))
@@ -459,12 +466,12 @@ def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
 
 
 @main.command()
-@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to pause.")
+@_job_option("The job to pause.")
 @click.option("--for", "for_", default=None,
               help="End the pause by itself after this long (a duration, e.g. 2h).")
 @_actor_options
 @_config_option
-def pause(job: str, for_: str | None, reason: str | None, actor: str | None,
+def pause(job: Job, for_: str | None, reason: str | None, actor: str | None,
           config_files: tuple[Path, ...]) -> None:
     """Pause JOB on every replica: from its next cycle start no replica takes its lease or
     runs it (a cycle already running finishes), until `safetynet resume` (or --for)."""
@@ -489,10 +496,10 @@ def pause(job: str, for_: str | None, reason: str | None, actor: str | None,
 
 
 @main.command()
-@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to resume.")
+@_job_option("The job to resume.")
 @_actor_options
 @_config_option
-def resume(job: str, reason: str | None, actor: str | None,
+def resume(job: Job, reason: str | None, actor: str | None,
            config_files: tuple[Path, ...]) -> None:
     """Resume a paused JOB: every replica runs it again from its next tick."""
     from supervision.app import actions
@@ -553,11 +560,11 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
 
 
 @main.command()
-@click.option("--job", required=True, type=click.Choice(JOBS), help="The job to plan.")
+@_job_option("The job to plan.")
 @click.option("--limit", default=100, show_default=True, help="Rows to show at most.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
 @_config_option
-def plan(job: str, limit: int, as_json: bool, config_files: tuple[Path, ...]) -> None:
+def plan(job: Job, limit: int, as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Dry run: what the next cycle of JOB would do per row, and why. Changes nothing."""
     import trio
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import structlog
 
-from actors.leases.lock_keeper import CycleOutcome, CycleStatus, LockConnection, run_locked_cycle
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import CycleOutcome, CycleStatus, run_locked_cycle
 from actors.outbox.relay import run_relay_until_drained
 from supervision.app.reload import reloader
 from supervision.app.resources import open_resource_set
@@ -18,6 +19,7 @@ from supervision.app.schema_gate import check_job, schema_gate
 from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
 from supervision.config import Config
 from supervision.errors import InfrastructureError
+from supervision.jobs import Job
 from supervision.pgconn import client_deadline, conninfo
 from supervision.runtime import Successor, quiet_teardown, serve_root
 from supervision.spec import SupervisorSpec
@@ -68,7 +70,7 @@ async def run_daemon(cfg: Config, load: Callable[[], Config] | None = None) -> i
                                     cfg.supervision.shutdown_grace, reload)
 
 
-async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:
+async def run_once(cfg: Config, job_name: Job) -> dict[str, Any]:
     """``safetynet run-once --job J``: one cycle under the job's lock; its counts.
 
     For the outbox relay, cycles repeat until nothing publishable is left."""
@@ -78,7 +80,7 @@ async def run_once(cfg: Config, job_name: str) -> dict[str, Any]:
                               client_deadline(cfg.postgres))
         try:
             outcome: CycleOutcome[Any]
-            if job_name == "outbox-relay":
+            if job_name is Job.OUTBOX_RELAY:
                 outcome = await run_relay_until_drained(relay_job(res), relay_locked_job(res),
                                                         lock)
             else:

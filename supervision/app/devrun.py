@@ -47,6 +47,7 @@ from supervision.app.console.commands import serve_console
 from supervision.config import Config, load_config
 from supervision.dev.proxy import OutageProxy
 from supervision.dev.stack import DevStack, free_ports, open_dev_stack
+from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo, migrate
 from supervision.queries import QUERIES
@@ -212,15 +213,15 @@ def view(base: dict[str, float], remaining: dict[str, int], note: str) -> Table:
     table = Table(title=f"safetynet dev — {note}")
     table.add_column("job")
     table.add_column("progress")
-    table.add_row("recording-finalize",
+    table.add_row(Job.RECORDING_FINALIZE,
                   f"backlog {remaining.get('finalize_pending', '?')}  reconciled "
                   f"{delta['reconciled']}  failed {delta['failed']}  republished "
                   f"{delta['republished']}  quarantined {delta['quarantined']}  transient "
                   f"{delta['transient']}")
-    table.add_row("conference-reaper",
+    table.add_row(Job.CONFERENCE_REAPER,
                   f"active {remaining.get('conferences_active', '?')}  "
                   + "  ".join(f"{k} {delta[k]}" for k in REAPED))
-    table.add_row("outbox-relay", f"published {delta['published']}  waiting "
+    table.add_row(Job.OUTBOX_RELAY, f"published {delta['published']}  waiting "
                                   f"{remaining.get('outbox_unpublished', '?')}")
     table.add_row("supervision", f"actor restarts {delta['restarts']}")
     return table

@@ -1,6 +1,6 @@
 """Runtime control behind ``safetynet pause`` / ``safetynet resume`` (issue #18).
 
->>> pause_job(conn, "recording-finalize", "S3 migration tonight", operator())
+>>> pause_job(conn, Job.RECORDING_FINALIZE, "S3 migration tonight", operator())
 Paused(pause=JobPause(...), new=True)
 
 A pause is a row of ``safetynet.job_pauses`` (migration 0006). Every replica's lock
@@ -21,7 +21,7 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.leases.lock_keeper import JobPause
+from actors.leases.lease import JobPause
 from supervision.queries import QUERIES
 
 

@@ -33,6 +33,7 @@ from supervision.app.plan_items import (
 )
 from supervision.app.queries import ALL_QUERIES
 from supervision.config import Config
+from supervision.jobs import Job
 from supervision.pgconn import connect, conninfo
 
 __all__ = ["PlanItem", "plan"]
@@ -44,12 +45,12 @@ def _rows(dsn: str, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         return cur.execute(ALL_QUERIES[query], params).fetchall()
 
 
-async def plan(cfg: Config, job: str, limit: int) -> list[PlanItem]:
+async def plan(cfg: Config, job: Job, limit: int) -> list[PlanItem]:
     # the daemon's session settings: its statement timeout, search_path pinned
     dsn = conninfo(cfg.postgres, "safetynet-plan")
-    if job == "recording-finalize":
+    if job is Job.RECORDING_FINALIZE:
         return await _plan_finalize(cfg, dsn, limit)
-    if job == "conference-reaper":
+    if job is Job.CONFERENCE_REAPER:
         cr = cfg.jobs.conference_reaper
         rows = await trio.to_thread.run_sync(_rows, dsn, "plan_conference_sessions", {
             "empty_room_grace": cr.empty_room_grace, "provision_timeout": cr.provision_timeout,

@@ -11,7 +11,8 @@ the query ran) next to the threshold it was compared with, under the setting's n
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -24,16 +25,56 @@ from actors.finalize.evidence import (
     unusable_type,
     usable_type,
 )
+from actors.finalize.messages import ClaimPhase
+from actors.reaper.messages import PhaseName
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
 from supervision.config import ConferenceReaperConfig, RecordingFinalizeConfig
 from supervision.durations import format_duration
 
 
+class PlanPhase(enum.StrEnum):
+    """The plan's phases beyond the claims' own (:class:`ClaimPhase`, :class:`PhaseName`)."""
+
+    REPUBLISH = "republish"  # a terminal Available recording without its event
+    PUBLISH = "publish"  # an unpublished outbox row
+
+
+Phase: TypeAlias = ClaimPhase | PhaseName | PlanPhase
+
+
+class Decision(enum.StrEnum):
+    """What the next cycle would do with a row (``safetynet plan``'s decision column)."""
+
+    # recording-finalize
+    QUARANTINE = "quarantine"
+    RESCHEDULE = "reschedule (not an attempt)"
+    REPUBLISH = "enqueue event, close row"
+    CLOSE = "close row"
+    AVAILABLE = "Available + event"
+    FAILED = "Failed/Timeout"
+    RETRY = "retry after back-off"
+    WITHHELD = "withheld (given back untouched)"
+    DEFERRED = "deferred (given back untouched)"
+    CONFIG_FAULT = "nothing (configuration fault)"
+    STORAGE_DOWN = "nothing (object storage down)"
+    # conference-reaper
+    EMPTY_ROOM = "Ended/EmptyTimeout + conference-ended event"
+    EMPTY_ROOM_STOP = "Ended/EmptyTimeout + conference-ended event + recorder stop signal"
+    PROVISION_TIMEOUT = "Failed/Error, no event"
+    PROVISION_TIMEOUT_STOP = "Failed/Error, no event + recorder stop signal"
+    STALE_LIVE = "Ended/Timeout + conference-ended event"
+    STALE_LIVE_STOP = "Ended/Timeout + conference-ended event + recorder stop signal"
+    HELD_POISON = "held back (poison)"
+    # outbox-relay
+    HELD = "held"
+    SEND = "send to Kafka"
+
+
 @attrs.frozen
 class PlanItem:
     id: str
-    phase: str
-    decision: str
+    phase: Phase
+    decision: Decision
     why: str
 
 
@@ -63,22 +104,24 @@ def compared(what: str, seconds: float, setting: str, threshold: float) -> str:
 
 # -- recording-finalize ---------------------------------------------------------------
 
+RECONCILE = ClaimPhase.RECONCILE
+
 def finalize_item(row: dict[str, Any], cfg: RecordingFinalizeConfig) -> PlanItem | None:
     """The decision for a row the claim's classification settles without S3 (poison,
     wait, terminal); None for a row to reconcile (its HEAD decides)."""
-    rid, phase = str(row["recording_id"]), row["phase"]
-    if phase == "poison":
-        return PlanItem(rid, phase, "quarantine", str(row["poison_reason"]))
-    if phase == "wait":
+    rid, phase = str(row["recording_id"]), ClaimPhase(row["phase"])
+    if phase is ClaimPhase.POISON:
+        return PlanItem(rid, phase, Decision.QUARANTINE, str(row["poison_reason"]))
+    if phase is ClaimPhase.WAIT:
         why = ("session not ended" if row["session_ended_at"] is None else
                compared("session ended", row["ended_s"], "finalize_sla_timeout",
                         cfg.finalize_sla_timeout))
-        return PlanItem(rid, phase, "reschedule (not an attempt)", why)
-    if phase == "terminal":
+        return PlanItem(rid, phase, Decision.RESCHEDULE, why)
+    if phase is ClaimPhase.TERMINAL:
         if row["recording_status"] == "Available" and not row["has_event"]:
-            return PlanItem(rid, "republish", "enqueue event, close row",
+            return PlanItem(rid, PlanPhase.REPUBLISH, Decision.REPUBLISH,
                             "Available without its event")
-        return PlanItem(rid, phase, "close row", f"already {row['recording_status']}")
+        return PlanItem(rid, phase, Decision.CLOSE, f"already {row['recording_status']}")
     return None
 
 
@@ -91,18 +134,18 @@ def reconcile_item(row: dict[str, Any], head: Any, cfg: RecordingFinalizeConfig)
     """The decision for a row to reconcile, given what the HEAD of its object returned."""
     rid, sla = str(row["recording_id"]), _sla(row, cfg)
     if isinstance(head, Found):
-        return PlanItem(rid, "reconcile", "Available + event",
+        return PlanItem(rid, RECONCILE, Decision.AVAILABLE,
                         f"{sla}; binary found ({head.size_bytes} bytes, {head.format})")
     if isinstance(head, Missing):
-        return PlanItem(rid, "reconcile", "Failed/Timeout", f"{sla}; no binary")
+        return PlanItem(rid, RECONCILE, Decision.FAILED, f"{sla}; no binary")
     if isinstance(head, Poison):
-        return PlanItem(rid, "reconcile", "quarantine", f"object:{head.error}")
+        return PlanItem(rid, RECONCILE, Decision.QUARANTINE, f"object:{head.error}")
     if isinstance(head, Fault):
-        return PlanItem(rid, "reconcile", "nothing (configuration fault)", head.error)
+        return PlanItem(rid, RECONCILE, Decision.CONFIG_FAULT, head.error)
     attempt = f"attempt {row['attempts'] + 1} of max_attempts {cfg.max_attempts}"
     if row["attempts"] + 1 >= cfg.max_attempts:
-        return PlanItem(rid, "reconcile", "quarantine", f"s3:{head.error}; {attempt}")
-    return PlanItem(rid, "reconcile", "retry after back-off", f"s3:{head.error}; {attempt}")
+        return PlanItem(rid, RECONCILE, Decision.QUARANTINE, f"s3:{head.error}; {attempt}")
+    return PlanItem(rid, RECONCILE, Decision.RETRY, f"s3:{head.error}; {attempt}")
 
 
 @attrs.frozen
@@ -127,15 +170,15 @@ def judged_item(row: dict[str, Any], head: HeadOutcome, gate: GateView,
     rid, sla = str(row["recording_id"]), _sla(row, cfg)
     if isinstance(head, Missing):
         if gate.evidence is None:
-            return PlanItem(rid, "reconcile", "withheld (given back untouched)",
+            return PlanItem(rid, RECONCILE, Decision.WITHHELD,
                             f"{sla}; no binary, but {NO_EVIDENCE}: no known recording found,"
                             f" none listed under {key_prefix!r}, no object found")
-        return PlanItem(rid, "reconcile", "Failed/Timeout",
+        return PlanItem(rid, RECONCILE, Decision.FAILED,
                         f"{sla}; no binary (evidence: {gate.evidence})")
     if unusable_type(head) and not gate.usable_types and gate.unusable >= CONTENT_TYPE_FAULT_MIN:
         assert isinstance(head, Poison)
         kind = head.error.removeprefix("content_type_").removeprefix("unknown:")
-        return PlanItem(rid, "reconcile", "nothing (configuration fault)",
+        return PlanItem(rid, RECONCILE, Decision.CONFIG_FAULT,
                         f"{CONTENT_TYPE_FAULT}:{kind}: {gate.unusable} objects, none with a"
                         " usable Content-Type")
     return reconcile_item(row, head, cfg)
@@ -143,34 +186,34 @@ def judged_item(row: dict[str, Any], head: HeadOutcome, gate: GateView,
 
 def deferred_item(row: dict[str, Any], threshold: int) -> PlanItem:
     """A row whose HEAD the breaker would not send (it opened before)."""
-    return PlanItem(str(row["recording_id"]), "reconcile", "deferred (given back untouched)",
+    return PlanItem(str(row["recording_id"]), RECONCILE, Decision.DEFERRED,
                     f"breaker open: {threshold} consecutive transient HEADs before it")
 
 
 def storage_down_item(row: dict[str, Any], probe: Fault | Transient) -> PlanItem:
     """A row to reconcile while the cycle's probe says storage is unusable: no HEAD."""
-    what = ("nothing (configuration fault)" if isinstance(probe, Fault)
-            else "nothing (object storage down)")
-    return PlanItem(str(row["recording_id"]), str(row["phase"]), what, probe.error)
+    what = Decision.CONFIG_FAULT if isinstance(probe, Fault) else Decision.STORAGE_DOWN
+    return PlanItem(str(row["recording_id"]), ClaimPhase(row["phase"]), what, probe.error)
 
 
 # -- conference-reaper ----------------------------------------------------------------
 
+# by phase, then whether the recorder is told to stop
 _CONFERENCE_DECISIONS = {
-    "empty-room": "Ended/EmptyTimeout + conference-ended event",
-    "provision-timeout": "Failed/Error, no event",
-    "stale-live": "Ended/Timeout + conference-ended event",
+    PhaseName.EMPTY_ROOM: (Decision.EMPTY_ROOM, Decision.EMPTY_ROOM_STOP),
+    PhaseName.PROVISION_TIMEOUT: (Decision.PROVISION_TIMEOUT, Decision.PROVISION_TIMEOUT_STOP),
+    PhaseName.STALE_LIVE: (Decision.STALE_LIVE, Decision.STALE_LIVE_STOP),
 }
 
 
 def conference_item(row: dict[str, Any], cfg: ConferenceReaperConfig) -> PlanItem:
     """A due conference: its phase's transition, with the window it exceeded."""
-    cid, phase = str(row["id"]), str(row["phase"])
-    decision = _CONFERENCE_DECISIONS[phase]
-    if phase == "empty-room":
+    cid, phase = str(row["id"]), PhaseName(row["phase"])
+    decision = _CONFERENCE_DECISIONS[phase][bool(row["recording_active"])]
+    if phase is PhaseName.EMPTY_ROOM:
         why = compared("empty room, last seen", row["idle_s"], "empty_room_grace",
                        cfg.empty_room_grace)
-    elif phase == "provision-timeout":
+    elif phase is PhaseName.PROVISION_TIMEOUT:
         why = compared("provisioning since", row["age_s"], "provision_timeout",
                        cfg.provision_timeout)
     else:
@@ -178,10 +221,8 @@ def conference_item(row: dict[str, Any], cfg: ConferenceReaperConfig) -> PlanIte
                         cfg.stale_live_timeout)
                + f" ({row['active_participant_count']} participant(s) on record)")
     if row["poison_held"]:
-        return PlanItem(cid, phase, "held back (poison)",
+        return PlanItem(cid, phase, Decision.HELD_POISON,
                         f"{row['poison_reason']}; retried after {row['poison_retry_at']}")
-    if row["recording_active"]:
-        decision += " + recorder stop signal"
     return PlanItem(cid, phase, decision, why)
 
 
@@ -196,9 +237,9 @@ def outbox_item(row: dict[str, Any]) -> PlanItem:
         else:
             why = (f"key blocked behind dead letter {row['held_by']} for "
                    f"{age(row['held_for_s'])}: {row['held_reason']}")
-        return PlanItem(oid, "publish", "held", why)
+        return PlanItem(oid, PlanPhase.PUBLISH, Decision.HELD, why)
     why = (f"{row['topic']} key {row['message_key']}, unpublished for {age(row['age_s'])}, "
            f"attempts {row['publish_attempts']}")
     if row["last_error"]:
         why += f", last error: {row['last_error']}"
-    return PlanItem(oid, "publish", "send to Kafka", why)
+    return PlanItem(oid, PlanPhase.PUBLISH, Decision.SEND, why)

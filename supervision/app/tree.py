@@ -44,6 +44,7 @@ from actors.reaper.gauges import refresh_reaper_backlog
 from actors.s3.objectstore import ObjectStore
 from supervision.config import Config
 from supervision.database import Database
+from supervision.jobs import Job
 from supervision.metrics import LEADER_GAUGES
 from supervision.pgconn import client_deadline, conninfo
 from supervision.queries import QUERIES
@@ -90,11 +91,11 @@ def _locked_jobs(res: Resources, include_disabled: bool) -> list[LockedJob[Any]]
     jobs: list[LockedJob[Any]] = []
     rf = res.cfg.jobs.recording_finalize
     if rf.enabled or include_disabled:
-        jobs.append(LockedJob("recording-finalize", rf.polling_interval, rf.lock_ttl,
+        jobs.append(LockedJob(Job.RECORDING_FINALIZE, rf.polling_interval, rf.lock_ttl,
                               partial(run_finalize_cycle, finalize_job(res))))
     cr = res.cfg.jobs.conference_reaper
     if cr.enabled or include_disabled:
-        jobs.append(LockedJob("conference-reaper", cr.polling_interval, cr.lock_ttl,
+        jobs.append(LockedJob(Job.CONFERENCE_REAPER, cr.polling_interval, cr.lock_ttl,
                               partial(run_reaper_cycle, reaper_job(res))))
     return jobs
 
@@ -102,7 +103,7 @@ def _locked_jobs(res: Resources, include_disabled: bool) -> list[LockedJob[Any]]
 def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
     relay = res.cfg.outbox_relay
     job = relay_job(res)
-    return LockedJob("outbox-relay", relay.poll_interval, relay.lock_ttl,
+    return LockedJob(Job.OUTBOX_RELAY, relay.poll_interval, relay.lock_ttl,
                      partial(run_relay_cycle, job), first_delay=0.0, wakeup=res.wakeup,
                      idle=partial(relay_idle, job))
 
@@ -152,7 +153,7 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
                           partial(serve_supervisor, scan_tree), deadline=deadline),
                   Restart.PERMANENT, shutdown=2.0),
     ]
-    if res.cfg.outbox_relay.enabled and "outbox-relay" not in excluded:
+    if res.cfg.outbox_relay.enabled and Job.OUTBOX_RELAY not in excluded:
         # wakeup = "poll": migrate installed no NOTIFY trigger, so nothing to LISTEN for
         listener = [ChildSpec("outbox-listener", partial(
             serve_outbox_listener, listen_dsn, res.wakeup, deadline=deadline,

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 import trio
 
-from actors.leases.lock_keeper import CycleContext, LockConnection, LockedJob, serve_lock_keeper
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import CycleContext, LockedJob, serve_lock_keeper
 from supervision.config import Config
 from supervision.database import open_database
 from supervision.errors import DatabaseBusy, InfrastructureError

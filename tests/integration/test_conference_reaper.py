@@ -18,13 +18,8 @@ import trio
 from prometheus_client import REGISTRY
 
 from actors.envelope import TOPIC_CONFERENCE_ENDED, event_id
-from actors.leases.lock_keeper import (
-    CycleContext,
-    LockConnection,
-    LockedJob,
-    run_locked_cycle,
-    serve_lock_keeper,
-)
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import CycleContext, LockedJob, run_locked_cycle, serve_lock_keeper
 from actors.reaper.cycle import ReaperCounts, ReaperJob, run_reaper_cycle
 from actors.reaper.queries import REAPER_QUERIES
 from actors.reaper.recorder_signal import open_media_client

@@ -10,15 +10,8 @@ import pytest
 import structlog
 import trio
 
-from actors.leases.lock_keeper import (
-    CycleContext,
-    CycleStatus,
-    Lease,
-    LockConnection,
-    LockedJob,
-    lock_key,
-    run_locked_cycle,
-)
+from actors.leases.lease import Lease, LockConnection, lock_key
+from actors.leases.lock_keeper import CycleContext, CycleStatus, LockedJob, run_locked_cycle
 from supervision.database import DataProblem, Fence, open_database, pipelined
 from supervision.errors import LeaseLost
 from supervision.metrics import FENCED_WRITES, LEASE_LOST

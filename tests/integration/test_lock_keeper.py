@@ -10,12 +10,11 @@ import pytest
 import structlog
 import trio
 
+from actors.leases.lease import LockConnection, lock_key
 from actors.leases.lock_keeper import (
     CycleContext,
     CycleStatus,
-    LockConnection,
     LockedJob,
-    lock_key,
     run_locked_cycle,
     serve_lock_keeper,
 )

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 import tomli_w
 
-from actors.leases.lock_keeper import LockConnection, LockedJob
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import LockedJob
 from actors.s3.objectstore import Fault, Found, Missing
 from actors.s3.process import open_object_store
 from supervision.app.daemon import run_once

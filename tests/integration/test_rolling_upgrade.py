@@ -26,14 +26,8 @@ import pytest
 import tomli_w
 import trio
 
-from actors.leases.lock_keeper import (
-    CycleContext,
-    CycleStatus,
-    LockConnection,
-    LockedJob,
-    lock_key,
-    run_locked_cycle,
-)
+from actors.leases.lease import LockConnection, lock_key
+from actors.leases.lock_keeper import CycleContext, CycleStatus, LockedJob, run_locked_cycle
 from supervision.dev.stack import free_ports
 from tests.integration.test_shutdown import events, start_daemon
 from tests.messenger import insert_conference

@@ -16,9 +16,11 @@ import structlog
 import tomli_w
 import trio
 
-from actors.leases.lock_keeper import LockConnection, LockedJob
-from actors.leases.scan_leader import SCAN_LEASE, no_cycle, serve_scan_leader
+from actors.leases.lease import LockConnection
+from actors.leases.lock_keeper import LockedJob
+from actors.leases.scan_leader import no_cycle, serve_scan_leader
 from supervision.dev.stack import S3Server
+from supervision.jobs import SCAN_LEASE
 from supervision.metrics import LEADER_GAUGES
 from tests.integration.test_conference_reaper import wait_for
 from tests.integration.test_reload import free_port

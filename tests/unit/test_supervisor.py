@@ -147,17 +147,37 @@ async def test_restarts_outside_the_window_do_not_accumulate(autojump_clock: obj
     assert rec.starts["slow"] >= 6
 
 
-async def test_backoff_between_restarts_grows_exponentially(autojump_clock: object) -> None:
-    """The n-th restart in the window waits base * 2^(n-1), capped."""
+async def test_backoff_between_restarts_is_jittered_within_the_growing_window(
+        autojump_clock: object) -> None:
+    """The n-th restart in the window waits a time drawn from [0, min(cap, base * 2^(n-1))]
+    (full jitter): every wait stays inside its window, and the waits are not one fixed
+    sequence (consecutive capped waits differ)."""
     rec = Recorder()
-    intensity = Intensity(max_restarts=10, window=1000, backoff_base=1.0, backoff_cap=4.0)
+    intensity = Intensity(max_restarts=50, window=10_000, backoff_base=1.0, backoff_cap=4.0)
     spec = SupervisorSpec("sup", [rec.child("bad", crash_times=99)], Strategy.ONE_FOR_ONE,
                           intensity)
-    await run_for(spec, 30)
+    await run_for(spec, 120)
     times = rec.start_times["bad"]
-    gaps = [round(b - a, 6) for a, b in itertools.pairwise(times)]
-    # each run lasts 1 s before crashing, then the back-off: 1, 2, 4, 4, ...
-    assert gaps[:5] == [2.0, 3.0, 5.0, 5.0, 5.0]
+    # each run lasts 1 s before crashing, then the back-off
+    waits = [b - a - 1.0 for a, b in itertools.pairwise(times)]
+    assert len(waits) >= 20
+    ceilings = [intensity.ceiling(n) for n in range(1, len(waits) + 1)]
+    assert ceilings[:4] == [1.0, 2.0, 4.0, 4.0]
+    for wait, ceiling in zip(waits, ceilings, strict=True):
+        assert -1e-6 <= wait <= ceiling + 1e-6
+    capped = waits[3:]
+    assert len({round(w, 6) for w in capped}) > len(capped) // 2, capped
+    assert sum(capped) / len(capped) < 3.5, "full jitter averages half the cap, not the cap"
+
+
+def test_intensity_delay_is_zero_before_any_restart_and_bounded_after() -> None:
+    """No restart in the window: restart at once; afterwards the draw never passes the
+    window's top and spreads over it."""
+    intensity = Intensity(backoff_base=0.5, backoff_cap=2.0)
+    assert intensity.delay(0) == 0.0 and intensity.ceiling(0) == 0.0
+    draws = [intensity.delay(4) for _ in range(2_000)]
+    assert all(0.0 <= d <= 2.0 for d in draws)
+    assert min(draws) < 0.2 and max(draws) > 1.8
 
 
 async def test_nested_supervisor_escalation_is_a_child_failure_of_the_parent(

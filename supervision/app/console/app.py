@@ -43,10 +43,11 @@ from supervision.config import Config
 from supervision.database import Database
 from supervision.durations import parse_duration
 from supervision.errors import SafetynetError
+from supervision.jobs import Job
 from supervision.secrets import Scrubber, secrets_in
 from supervision.terminal import printable
 
-JOBS = ("recording-finalize", "conference-reaper", "outbox-relay")
+JOBS = tuple(Job)
 STATUSES = ("Quarantined", "Pending")
 MAX_IDS = views.PAGE  # a bulk action names at most one page of ids
 T = TypeVar("T")

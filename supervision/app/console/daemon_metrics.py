@@ -1,7 +1,7 @@
 """What the daemon on this host says of itself, read from its ``/metrics`` (``http.listen``).
 
 >>> seen = await scrape(cfg.http.listen)
->>> seen.breaker_open, seen.config_faults, seen.runs["recording-finalize"]
+>>> seen.breaker_open, seen.config_faults, seen.runs[Job.RECORDING_FINALIZE]
 (False, [], {'ok': 412.0, 'error': 1.0})
 
 The database holds what every replica shares (leases, pauses, backlogs); the breaker, the
@@ -20,12 +20,14 @@ import attrs
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from supervision.jobs import Job
+
 TIMEOUT_S = 1.0
 MAX_BYTES = 2 * 1024 * 1024
-RUNS = {"messenger_recording_finalize_run": "recording-finalize",
-        "messenger_conf_reaper_run": "conference-reaper"}
-DURATIONS = {"messenger_recording_finalize_cycle_duration_seconds": "recording-finalize",
-             "messenger_conf_reaper_cycle_duration_seconds": "conference-reaper"}
+RUNS = {"messenger_recording_finalize_run": Job.RECORDING_FINALIZE,
+        "messenger_conf_reaper_run": Job.CONFERENCE_REAPER}
+DURATIONS = {"messenger_recording_finalize_cycle_duration_seconds": Job.RECORDING_FINALIZE,
+             "messenger_conf_reaper_cycle_duration_seconds": Job.CONFERENCE_REAPER}
 
 
 @attrs.frozen
