@@ -43,6 +43,7 @@ import botocore.session
 
 from actors.s3.objectstore import Fault, Transient
 from actors.s3.wire import Credentials
+from supervision.backoff import Backoff
 from supervision.config import S3Config
 from supervision.errors import InfrastructureError
 from supervision.secrets import Secret
@@ -90,8 +91,9 @@ def classify_failure(exc: Exception) -> Fault | Transient:
     return Transient(f"credentials_unavailable:{name}")
 
 
-BACKOFF_BASE = 1.0  # seconds before the first retry of a failed resolution
+BACKOFF_BASE = 1.0  # seconds: the first retry of a failed resolution comes within this
 BACKOFF_CAP = 60.0  # the longest wait between two resolutions
+BACKOFF = Backoff(base=BACKOFF_BASE, cap=BACKOFF_CAP)  # the house's one policy (full jitter)
 
 
 def _metadata_enabled() -> bool:
@@ -109,9 +111,9 @@ class CredentialSource:
     :class:`Transient` (``credentials_unavailable:none_found``) and the chain is asked
     again later; only with ``AWS_EC2_METADATA_DISABLED=true`` does an empty chain mean
     unsigned requests. A failed resolution or refresh — botocore's plain ``RuntimeError``
-    for a refresh whose keys are still expired included — is retried with exponential
-    back-off (:data:`BACKOFF_BASE` doubling to :data:`BACKOFF_CAP`); until then the same
-    outcome is raised without asking again."""
+    for a refresh whose keys are still expired included — is retried after the house's
+    back-off (:data:`BACKOFF`: full jitter under :data:`BACKOFF_BASE` doubling to
+    :data:`BACKOFF_CAP`); until then the same outcome is raised without asking again."""
 
     cfg: S3Config
     resolver: Callable[[S3Config], Any] = resolve_chain
@@ -149,7 +151,7 @@ class CredentialSource:
 
     def _failed(self, outcome: Fault | Transient) -> CredentialsUnavailable:
         self._failures += 1
-        delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (self._failures - 1))
+        delay = BACKOFF.delay(self._failures - 1)
         self._retry_at = self.clock() + delay
         self._last_failure = CredentialsUnavailable(outcome)
         return self._last_failure
