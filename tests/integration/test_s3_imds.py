@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import botocore.credentials
+import httpx
 import psycopg
 import pytest
 import tomli_w
@@ -35,7 +36,7 @@ from actors.s3.process import open_object_store
 from supervision.config import S3Config
 from tests.faults import put_recordings
 from tests.imds_stub import CREDS_PATH, ROLE, SESSION_TOKEN, serve_imds
-from tests.messenger import insert_call_session, insert_recording, recording
+from tests.messenger import PREFIX, insert_call_session, insert_recording, recording
 from tests.secure_s3 import SECURE_BUCKET, SecureS3, open_secure_s3
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,8 @@ def test_run_once_signs_with_role_keys_from_the_metadata_service(
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         rec = insert_recording(conn, session_id=insert_call_session(conn))
     trio.run(put_recordings, secure_s3.server, SECURE_BUCKET, [rec.id])
+    unsigned = httpx.head(f"{secure_s3.http_url}/{SECURE_BUCKET}/{PREFIX}{rec.id}")
+    assert unsigned.status_code == 403  # only a signed HEAD can find it
     role = secure_s3.assume_role("run-once")
     config = tmp_path / "c.toml"
     config.write_text(tomli_w.dumps({
