@@ -37,6 +37,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # the keys' wall clock at mock time 0
 LIFETIME = 3600.0  # seconds the first keys live
 ADVISORY = 15 * 60.0  # botocore renews once fewer than this many seconds are left
 MANDATORY = 10 * 60.0  # ... and must within the last 10 minutes
+REAL_LIMIT = 20.0  # real seconds a wait may take before the test fails
 
 
 def wall(clock: trio.testing.MockClock) -> datetime:
@@ -78,16 +79,28 @@ class Keys:
         """Let the clock run (autojump) until the issuer was asked *times* times; then
         stop it."""
         self.clock.autojump_threshold = 0
-        while len(self.asked) < times:
-            self.asked_event = trio.Event()
-            await self.asked_event.wait()
+        with trio.CancelScope() as limit:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_after_real_seconds, REAL_LIMIT, limit)
+                while len(self.asked) < times:
+                    self.asked_event = trio.Event()
+                    await self.asked_event.wait()
+                nursery.cancel_scope.cancel()
         self.clock.autojump_threshold = math.inf
+        assert not limit.cancelled_caught, f"asked {len(self.asked)} times, not {times}"
+
+
+async def _cancel_after_real_seconds(seconds: float, scope: trio.CancelScope) -> None:
+    """A bound in real time that sets no deadline on the mock clock (one would be a point
+    the autojump could leap to while a worker thread runs)."""
+    await trio.to_thread.run_sync(time.sleep, seconds, abandon_on_cancel=True)
+    scope.cancel()
 
 
 async def until(predicate: Callable[[], bool], what: str) -> None:
     """Wait, the mock clock standing still, for what a worker thread or the worker process
     does in real time."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + REAL_LIMIT
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await trio.lowlevel.checkpoint()
