@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -46,6 +47,8 @@ from tests.messenger import (
 )
 
 MAX_RUN = 60.0  # seconds of the mock clock; the test jumps past it after the first claim
+REAL_LIMIT = 120.0  # real seconds one cycle may take before the test fails
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -84,10 +87,31 @@ def out_of_time_after_first_call(monkeypatch: pytest.MonkeyPatch, module: Any, n
     return calls
 
 
+async def within_real_seconds(seconds: float, cycle: Callable[[], Awaitable[T]]) -> T:
+    """*cycle()*, failed after *seconds* of real time: on a clock that stands still a
+    timer the cycle waited on would otherwise hang the test."""
+    result: list[T] = []
+    with trio.CancelScope() as limit:
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                result.append(await cycle())
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(run)
+            await trio.to_thread.run_sync(time.sleep, seconds, abandon_on_cancel=True)
+            limit.cancel()
+    assert result, f"the cycle did not end within {seconds} s of real time"
+    return result[0]
+
+
 async def finalize_cycle(cfg: Config) -> FinalizeCounts:
-    async with open_resources(cfg) as res:
-        return await run_finalize_cycle(finalize_job(res),
-                                        CycleContext("recording-finalize", str(uuid.uuid4())))
+    async def cycle() -> FinalizeCounts:
+        async with open_resources(cfg) as res:
+            return await run_finalize_cycle(
+                finalize_job(res), CycleContext("recording-finalize", str(uuid.uuid4())))
+
+    return await within_real_seconds(REAL_LIMIT, cycle)
 
 
 async def test_max_run_duration_stops_the_finalize_claimer_and_leaves_the_rest(
@@ -144,12 +168,15 @@ async def test_max_run_duration_stops_the_reaper_between_phases(
     calls = out_of_time_after_first_call(monkeypatch, actors.reaper.cycle, "reap_phase",
                                          mock_clock)
 
-    async def cycle() -> ReaperCounts:
+    async def reaper_cycle() -> ReaperCounts:
         async with open_database(cfg.postgres.dsn.reveal(), size=2) as db, \
                 open_media_client(cfg.media) as http:
             job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http)
             return await run_reaper_cycle(job, CycleContext("conference-reaper",
                                                             str(uuid.uuid4())))
+
+    async def cycle() -> ReaperCounts:
+        return await within_real_seconds(REAL_LIMIT, reaper_cycle)
 
     first = await cycle()
 
