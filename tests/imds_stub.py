@@ -4,6 +4,8 @@
 >>> with serve_imds(creds) as imds:
 ...     imds.up = False        # an outage: every request answers 503
 ...     imds.requests          # how many requests reached it
+...     imds.seen              # (method, path, IMDSv2 session token sent) of each request
+...     imds.access_key = ...  # the role's keys rotate: later reads get the new ones
 
 Serves what botocore's ``InstanceMetadataFetcher`` asks for: ``PUT /latest/api/token``,
 the role name under ``/latest/meta-data/iam/security-credentials/`` and the role's
@@ -25,6 +27,8 @@ import attrs
 
 ROLE = "safetynet-node"
 CREDS_PATH = "/latest/meta-data/iam/security-credentials/"
+SESSION_TOKEN = "imds-session-token"
+TOKEN_HEADER = "x-aws-ec2-metadata-token"
 
 
 @attrs.define
@@ -35,6 +39,7 @@ class Imds:
     port: int = 0
     up: bool = True
     requests: int = 0
+    seen: list[tuple[str, str, str | None]] = attrs.Factory(list)
 
     @property
     def endpoint(self) -> str:
@@ -54,14 +59,16 @@ def _handler(imds: Imds) -> type[BaseHTTPRequestHandler]:
 
         def do_PUT(self) -> None:
             imds.requests += 1
+            imds.seen.append(("PUT", self.path, self.headers.get(TOKEN_HEADER)))
             if not imds.up:
                 return self._answer(503)
             if self.path == "/latest/api/token":
-                return self._answer(200, b"imds-session-token")
+                return self._answer(200, SESSION_TOKEN.encode())
             return self._answer(404)
 
         def do_GET(self) -> None:
             imds.requests += 1
+            imds.seen.append(("GET", self.path, self.headers.get(TOKEN_HEADER)))
             if not imds.up:
                 return self._answer(503)
             if self.path == CREDS_PATH:
