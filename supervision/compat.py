@@ -26,14 +26,13 @@ as the running loop, and the previous one restored after it; callbacks of any ot
 run as before.
 
 Each stand-in is set only when asyncio lacks the name, and removed again once trio-asyncio
-is imported (the base classes are bound by then), so no other library sees a
-3.14 asyncio with 3.13's names. On 3.11-3.13 nothing is patched. The import also hides the
-deprecation warnings trio-asyncio is known to raise while it loads (the child watcher on
-3.12-3.13; on 3.14 the policy system: ``DefaultEventLoopPolicy``,
-``get_event_loop_policy``, ``set_event_loop_policy``), so ``python -W error`` still starts
-the daemon.
-``tests/unit/test_compat.py`` removes both names from a 3.11 asyncio and proves the bridge
-then runs; docs/testing.md lists the Pythons the suites pass on.
+is imported (the base classes are bound by then), so no other library finds the removed
+names on 3.14. On 3.11-3.13 nothing is patched. The import also hides the deprecation
+warnings trio-asyncio is known to raise while it loads (the child watcher on 3.12-3.13; on
+3.14 the policy system: ``DefaultEventLoopPolicy``, ``get_event_loop_policy``,
+``set_event_loop_policy``), so ``python -W error`` still starts the daemon.
+``tests/unit/test_compat.py`` takes both names out of a 3.11-3.13 asyncio and proves the
+bridge then runs; docs/testing.md lists the Pythons the suites pass on.
 """
 
 from __future__ import annotations
