@@ -37,12 +37,16 @@ from typing import Any
 
 # trio_asyncio first: it monkeypatches asyncio.get_running_loop, which psycopg.waiting binds at
 # import time; imported after psycopg, AsyncConnection fails with "no running event loop".
-import trio_asyncio  # isort: skip
-import psycopg
-import trio
-from psycopg.types.json import Jsonb
+# (Through supervision.compat, as the daemon does: trio-asyncio alone fails on Python 3.14.)
+from supervision.compat import import_trio_asyncio  # isort: skip
 
-from supervision.dev.stack import PostgresServer
+trio_asyncio = import_trio_asyncio()
+
+import psycopg  # noqa: E402
+import trio  # noqa: E402
+from psycopg.types.json import Jsonb  # noqa: E402
+
+from supervision.dev.stack import PostgresServer  # noqa: E402
 
 SCHEMA = """
 CREATE TABLE rec (id uuid PRIMARY KEY, status varchar(16) NOT NULL, file_id text,
