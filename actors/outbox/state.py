@@ -11,10 +11,10 @@ a time drawn from ``[0, min(30 s, 0.25 s x 2**(n-1))]``, so relays that failed t
 do not retry together.
 
 Memory stays bounded by what is pending: a row's back-off is forgotten once the row is
-acknowledged, and at every claim for each row that is no longer among the claimed ones
-(dead-lettered, published by another relay, deleted). A row forgotten while still
-pending — claimed elsewhere for a moment — is merely retried without waiting, as after a
-restart. Topic faults are bounded by the topics in use.
+acknowledged, and at the end of every cycle whose claims caught up for each row no claim
+of the cycle returned (dead-lettered, published by another relay, deleted). A row
+forgotten while still pending — claimed elsewhere for a moment — is merely retried
+without waiting, as after a restart. Topic faults are bounded by the topics in use.
 """
 
 from __future__ import annotations
