@@ -334,8 +334,9 @@ async def timed_drain(cfg: Config) -> tuple[float, TimedDatabase, TimedProducer]
 
 
 INCLUSIVE = (
-    "run_relay_cycle", "claim_batch", "parse_row", "waves", "_publish", "send_wave", "_send_wave",
-    "AIOKafkaProducer.send", "mark_published", "work", "to_thread_run_sync", "run_asyncio",
+    "run_relay_cycle", "run_claimer", "claim_batch", "parse_claimed", "parse_row",
+    "run_publisher", "Window.next_wave", "send_wave", "_send_wave", "AIOKafkaProducer.send",
+    "run_marker", "mark_answered", "work", "to_thread_run_sync", "run_asyncio",
     "check_connection", "Transaction.__exit__", "dumps", "event_id", "_sender_routine",
     "_send_produce_req", "_proxy_to_logger",
 )

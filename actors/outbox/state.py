@@ -1,28 +1,48 @@
-"""What the outbox relay remembers between cycles (in memory; a restart just retries).
+"""What the outbox relay remembers between cycles (in memory; a restart just retries),
+and what one cycle counts.
 
 >>> retries = RowRetries()
 >>> retries.failed(42, now=10.0, delay=0.5)   # row 42 waits until 10.5
 >>> retries.keep_only({7, 8})                 # 42 is no longer pending: forgotten
 
+Every wait is drawn from :data:`RELAY_BACKOFF` (:class:`supervision.backoff.Backoff`, full
+jitter): the n-th consecutive failure of a row, of a topic or of Kafka as a whole waits
+a time drawn from ``[0, min(30 s, 0.25 s x 2**(n-1))]``, so relays that failed together
+do not retry together.
+
 Memory stays bounded by what is pending: a row's back-off is forgotten once the row is
-acknowledged, and at every claim for each row that is no longer among the claimed ones
-(dead-lettered, published by another relay, deleted). A row forgotten while still
-pending — claimed elsewhere for a moment — is merely retried without waiting, as after a
-restart. Topic faults are bounded by the topics in use.
+acknowledged, and at the end of every cycle whose claims caught up for each row no claim
+of the cycle returned (dead-lettered, published by another relay, deleted). A row
+forgotten while still pending — claimed elsewhere for a moment — is merely retried
+without waiting, as after a restart. Topic faults are bounded by the topics in use.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Collection
 
 import attrs
 
+from supervision.backoff import Backoff
 
-def backoff(failures: int) -> float:
-    """Exponential back-off with full jitter in [d/2, d], capped at 30 s."""
-    delay = min(30.0, 0.25 * 2.0 ** min(failures - 1, 10))
-    return float(delay * random.uniform(0.5, 1.0))
+RELAY_BACKOFF = Backoff(base=0.25, cap=30.0)
+
+
+@attrs.define
+class RelayCounts:
+    """One cycle's counts (``safetynet run-once --job outbox-relay`` prints them)."""
+
+    published: int = 0
+    failed: int = 0
+    duration_ms: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return attrs.asdict(self)
+
+    def add(self, other: RelayCounts) -> None:
+        self.published += other.published
+        self.failed += other.failed
+        self.duration_ms += other.duration_ms
 
 
 @attrs.frozen
@@ -36,6 +56,7 @@ class RowRetries:
     """Per-row back-off after a transient failure, keyed by outbox id."""
 
     _rows: dict[int, Retry] = attrs.field(factory=dict)
+    policy: Backoff = RELAY_BACKOFF
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -45,10 +66,10 @@ class RowRetries:
         return 0.0 if retry is None else retry.due_at
 
     def failed(self, outbox_id: int, now: float, delay: float | None = None) -> int:
-        """Record one more failure; the row waits *delay* (default: :func:`backoff`).
-        Returns the row's failure count."""
+        """Record one more failure; the row waits *delay* (default: drawn from the
+        policy for its failure count). Returns the row's failure count."""
         failures = (self._rows[outbox_id].failures if outbox_id in self._rows else 0) + 1
-        wait = backoff(failures) if delay is None else delay
+        wait = self.policy.delay(failures - 1) if delay is None else delay
         self._rows[outbox_id] = Retry(now + wait, failures)
         return failures
 
@@ -81,6 +102,14 @@ class RelayState:
     topic_faults: dict[str, TopicFault] = attrs.field(factory=dict)
     connection_fault: str | None = None  # the broker refuses the connection (TLS, SASL)
     retention_due_at: float = 0.0
+    policy: Backoff = RELAY_BACKOFF
+
+    def kafka_failed(self, now: float) -> float:
+        """One more consecutive failure to reach Kafka: the next try waits; how long."""
+        self.kafka_failures += 1
+        delay = self.policy.delay(self.kafka_failures - 1)
+        self.kafka_retry_at = now + delay
+        return delay
 
     def held_topics(self, now: float) -> list[str]:
         """Topics in a configuration fault whose next try is not due yet."""
@@ -89,7 +118,7 @@ class RelayState:
     def topic_failed(self, topic: str, reason: str, now: float) -> TopicFault:
         previous = self.topic_faults.get(topic)
         failures = (previous.failures if previous else 0) + 1
-        fault = TopicFault(reason, failures, now + backoff(failures))
+        fault = TopicFault(reason, failures, now + self.policy.delay(failures - 1))
         self.topic_faults[topic] = fault
         return fault
 

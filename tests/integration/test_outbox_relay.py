@@ -26,14 +26,17 @@ from actors.leases.lock_keeper import (
     run_locked_cycle,
     serve_lock_keeper,
 )
+from actors.outbox.claimer import claim_batch
 from actors.outbox.listener import serve_outbox_listener
 from actors.outbox.queries import OUTBOX_QUERIES
-from actors.outbox.relay import RelayCounts, apply_retention, claim_batch, run_relay_cycle
+from actors.outbox.relay import RelayCounts, run_relay_cycle
+from actors.outbox.retention import apply_retention
 from actors.outbox.rows import Row, parse_row
 from supervision.app import resources
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job, relay_locked_job
 from supervision.config import Config
+from supervision.database import Database
 from supervision.dev.stack import KafkaServer, S3Server
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.health import HEALTH
@@ -247,8 +250,8 @@ async def test_retention_deletes_only_published_rows_past_retention(
         conn.execute("UPDATE messenger.integration_outbox SET published_at = now() -"
                      " interval '1 day' WHERE id = %s", (ids[5],))
     async with open_resources(cfg) as res:
-        job = attrs.evolve(relay_job(res), retention_batch=2)
-        deleted = await apply_retention(job)
+        job = relay_job(res)
+        deleted = await apply_retention(job.db, job.cfg, batch=2)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         left = [r[0] for r in conn.execute(
             "SELECT id FROM messenger.integration_outbox ORDER BY id").fetchall()]
@@ -269,24 +272,18 @@ async def test_unreachable_kafka_leaves_rows_unpublished_and_fails_run_once(
 
 @attrs.define
 class CommitsLateRow:
-    """The relay's producer, committing another writer's open transaction (its row has a
-    lower id than the rows already claimed) right before the first wave goes out."""
+    """The relay's database, committing another writer's open transaction (its row has a
+    lower id than the rows already claimed) right after the cycle's first claim."""
 
-    producer: KafkaProducer
+    db: Database
     late: psycopg.Connection
 
-    @property
-    def started(self) -> bool:
-        return self.producer.started
-
-    async def start(self) -> None:
-        await self.producer.start()
-
-    async def send_wave(self, messages: list[Any]) -> Any:
-        if not self.late.closed:
+    async def atomic(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await self.db.atomic(fn, *args, **kwargs)
+        if fn is claim_batch and not self.late.closed:
             self.late.commit()
             self.late.close()
-        return await self.producer.send_wave(messages)
+        return result
 
 
 async def test_a_row_committed_after_higher_ids_were_claimed_goes_in_the_same_cycle(
@@ -301,7 +298,7 @@ async def test_a_row_committed_after_higher_ids_were_claimed_goes_in_the_same_cy
         await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["early"])
         async with open_resources(cfg) as res:
             job = attrs.evolve(relay_job(res),
-                               producer=CommitsLateRow(res.producer, late))  # type: ignore[arg-type]
+                               db=CommitsLateRow(res.db, late))  # type: ignore[arg-type]
             counts = await run_relay_cycle(job, CycleContext("outbox-relay", "t"))
     finally:
         late.close()

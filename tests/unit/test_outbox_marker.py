@@ -1,0 +1,70 @@
+"""The relay's marker: every answer already queued goes in one transaction, and a soft
+stop still marks what the publisher handed over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from actors.outbox.marker import mark_answered, run_marker
+from actors.outbox.messages import Answered, Failure
+from actors.outbox.state import RelayCounts
+
+
+@attrs.define
+class RecordingDb:
+    """A database that records each transaction's arguments; each takes *latency*."""
+
+    latency: float = 0.0
+    calls: list[tuple[Any, ...]] = attrs.field(factory=list)
+
+    async def atomic(self, fn: Any, *args: Any) -> None:
+        assert fn is mark_answered
+        await trio.sleep(self.latency)
+        self.calls.append(args)
+
+
+def test_answers_queued_behind_one_are_recorded_in_one_transaction() -> None:
+    """Three waves answered while the marker was busy: one transaction marks every
+    acknowledged row and counts each failure; the marked ids leave the unmarked set."""
+    db = RecordingDb()
+    counts = RelayCounts()
+    unmarked = {1, 2, 3, 4, 5}
+
+    async def main() -> None:
+        send, recv = trio.open_memory_channel[Answered](8)
+        async with send:
+            send.send_nowait(Answered([1, 2], []))
+            send.send_nowait(Answered([3], [Failure(4, "t", "kafka:RequestTimedOutError")]))
+            send.send_nowait(Answered([5], []))
+        await run_marker(db, counts, unmarked, recv)  # type: ignore[arg-type]
+
+    trio.run(main)
+    assert db.calls == [([1, 2, 3, 5], [Failure(4, "t", "kafka:RequestTimedOutError")])]
+    assert (counts.published, counts.failed) == (4, 1)
+    assert unmarked == {4}
+
+
+def test_a_soft_stop_marks_every_answer_already_handed_over() -> None:
+    """Cancelled while marking one wave with two more queued: the mark in flight
+    completes, and the queued answers are marked too before the marker stops."""
+    db = RecordingDb(latency=1.0)
+    counts = RelayCounts()
+    unmarked = set(range(1, 4))
+
+    async def main() -> None:
+        send, recv = trio.open_memory_channel[Answered](8)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_marker, db, counts, unmarked, recv)
+            await send.send(Answered([1], []))
+            await trio.testing.wait_all_tasks_blocked()  # the marker is marking row 1
+            await send.send(Answered([2], []))
+            await send.send(Answered([3], []))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert db.calls == [([1], []), ([2, 3], [])]
+    assert counts.published == 3 and unmarked == set()
