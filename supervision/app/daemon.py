@@ -74,6 +74,7 @@ async def run_once(cfg: Config, job_name: Job) -> dict[str, Any]:
     """``safetynet run-once --job J``: one cycle under the job's lock; its counts.
 
     For the outbox relay, cycles repeat until nothing publishable is left."""
+    job_name = Job(job_name)  # a caller's plain "outbox-relay" is the same job
     async with open_resources(cfg) as res:
         await check_job(res.db, job_name)
         lock = LockConnection(conninfo(cfg.postgres, "safetynet-lock"),

@@ -48,6 +48,7 @@ def _rows(dsn: str, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
 async def plan(cfg: Config, job: Job, limit: int) -> list[PlanItem]:
     # the daemon's session settings: its statement timeout, search_path pinned
     dsn = conninfo(cfg.postgres, "safetynet-plan")
+    job = Job(job)  # a plain "recording-finalize" is the same job
     if job is Job.RECORDING_FINALIZE:
         return await _plan_finalize(cfg, dsn, limit)
     if job is Job.CONFERENCE_REAPER:
