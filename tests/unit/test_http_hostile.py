@@ -151,8 +151,13 @@ async def test_connections_past_the_cap_while_all_answer_are_refused_with_one_li
     """Two slots, both answering a /readyz that waits on the database: twenty more
     connections are closed at once, and the log has one refusal line counting the rest."""
     release = trio.Event()
+    answering: list[None] = []
+    both_answering = trio.Event()
 
     async def slow_ping() -> None:
+        answering.append(None)
+        if len(answering) == 2:
+            both_answering.set()
         await release.wait()
 
     with capture_logs() as logs:
@@ -163,7 +168,8 @@ async def test_connections_past_the_cap_while_all_answer_are_refused_with_one_li
             busy = [await _open(port) for _ in range(2)]
             for stream in busy:
                 await stream.send_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
-            await trio.sleep(0.3)  # both requests read: their slots are answering
+            with trio.fail_after(5):  # both requests read: their slots are answering
+                await both_answering.wait()
             for _ in range(20):
                 extra = await _open(port)
                 assert await _closed_within(extra, 2)
