@@ -112,13 +112,6 @@ def fenced_writes(daemon: Daemon) -> int:
                    if sample.name == "safetynet_fenced_writes_rejected_total"))
 
 
-def answers(daemon: Daemon) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{daemon.port}/healthz", timeout=1).is_success
-    except httpx.HTTPError:
-        return False
-
-
 LEASE_TTL_S, POLL_S = 3.0, 0.5
 
 
@@ -172,7 +165,7 @@ def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
             os.kill(leader_pid, signal.SIGCONT)
         # resumed, it answers again and does not lead under its old term (a cycle that
         # had nothing left to write simply ends: only writes in flight meet the fence)
-        wait_until(lambda d=by_pid[leader_pid]: answers(d), 15, "the resumed leader")
+        wait_until(by_pid[leader_pid].answers, 15, "the resumed leader")
         now = live_lease(run.dsn, FINALIZE)
         stale_leader += int(now is not None and now == (leader_pid, term))
     s3_fault.clear()
