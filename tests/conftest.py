@@ -23,6 +23,23 @@ pytest_plugins = ["tests.pki", "tests.stack_fixtures"]
 
 TEST_SECRETS = {"media-bearer-token", "very-secret-key", "hunter2"}
 
+# Modules whose module-scoped fixture is expensive (a wheel built and installed, a broker or
+# an S3 server of their own): under pytest-xdist (`make test`: --dist loadgroup) all their
+# tests run on one worker, so it is built once, not once per worker.
+SHARE_A_WORKER = (
+    "tests/integration/test_dev.py",
+    "tests/integration/test_kafka_security.py",
+    "tests/integration/test_rolling_upgrade.py",
+    "tests/integration/test_s3_cloud_credentials.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if module in SHARE_A_WORKER:
+            item.add_marker(pytest.mark.xdist_group(module))
+
 
 @pytest.fixture(autouse=True)
 def fresh_health() -> None:

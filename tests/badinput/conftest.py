@@ -12,6 +12,7 @@ from supervision.dev.stack import S3Server
 from supervision.health import HEALTH
 from tests.badinput.report import DOC, load, render
 from tests.badinput.world import World
+from tests.chaos.report import write_atomic
 from tests.faults import FaultProxy, s3_proxy_fixture
 from tests.media_stub import MediaStub, media_stub
 
@@ -24,9 +25,8 @@ def bad_input_doc() -> Iterator[None]:
     committed docs/bad-input.md changes only by `make bad-input-report`)."""
     yield
     figures = load()
-    if figures:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        DOC.write_text(render(figures))
+    if figures:  # each xdist worker that ran a case renders; the last one has them all
+        write_atomic(DOC, render(figures))
 
 
 @pytest.fixture

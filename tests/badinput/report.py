@@ -17,6 +17,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.report import write_atomic
+
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ROOT / "build" / "bad-input"  # what the last test run observed
 DOC = ROOT / "build" / "bad-input.md"
@@ -57,7 +59,7 @@ def record(case: str, *, area: str, bad_input: str, did: str, reason: str,
             "exempt": exempt, "duration_s": round(duration_s, 2),
             "recorded_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     path = FIGURES / f"{case}.json"
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     return path
 
 

@@ -33,6 +33,11 @@ from tests.badinput.world import Planted, World, cycle
 from tests.chaos.checker import state_digest
 from tests.faults import refuse_batches_over
 
+# Observation windows, not waits for a state (a bound on what a daemon logs, a burst that
+# must go on for a while, can only be checked over some time):
+AFTERMATH_S = 0.5  # after idle connections close: what closing them makes the daemon log
+BURST_S = 3.0  # structlog and standard-library lines together, once both paths are seen
+
 pytestmark = pytest.mark.badinput
 Logged = MutableMapping[str, Any]  # a log event as structlog.testing captures it
 
@@ -176,7 +181,7 @@ def run_idle_flood(world: World, planted: Planted, tmp_path: Path) -> str:
         finally:
             for conn in idle:
                 conn.close()
-        time.sleep(0.5)  # what closing them makes the daemon log
+        time.sleep(AFTERMATH_S)  # what closing them makes the daemon log
         lines = log.read_text().splitlines()[before:]
         http = [line for line in lines if '"http_' in line]
         assert len(http) <= 3 and "Traceback" not in "\n".join(lines), http
@@ -232,7 +237,7 @@ def run_daemon_with_layer(world: World, planted: Planted, tmp_path: Path) -> str
                 log.read_text()[-2000:]
             time.sleep(0.2)
         if until == "BOTH_PATHS":  # a burst of both for a while longer
-            time.sleep(3)
+            time.sleep(BURST_S)
     lines, text = parsed(log), log.read_text()
     for secret in planted.extra["secrets"]:
         assert secret not in text, [line for line in text.splitlines() if secret in line]

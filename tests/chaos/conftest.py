@@ -17,7 +17,7 @@ from supervision.dev.stack import KafkaServer, S3Server, free_ports
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.chaos.daemon import Daemons, ProxyThread, scalar
 from tests.chaos.ledger import Offsets, end_offsets, read_ledger
-from tests.chaos.report import DOC, load, record, render
+from tests.chaos.report import DOC, load, record, render, write_atomic
 
 # the limits of tests.chaos.daemon.daemon_config, for the checker
 LIMITS = Limits(sla_s=0, max_attempts=8, empty_room_grace_s=5, provision_timeout_s=5,
@@ -31,9 +31,8 @@ def reliability_doc() -> Iterator[None]:
     reliability-report`), so a test run leaves the tree clean."""
     yield
     figures = load()
-    if figures:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        DOC.write_text(render(figures))
+    if figures:  # each xdist worker that ran a scenario renders; the last one has them all
+        write_atomic(DOC, render(figures))
 
 
 @pytest.fixture

@@ -169,6 +169,13 @@ class Daemon:
                        and (job is None or e.get("job") == job)) >= count
         wait_until(seen, limit_s, f"{self.name}: {count} x {event}")
 
+    def answers(self) -> bool:
+        """Its endpoint answers ``/healthz`` (a restarted daemon binds it a while later)."""
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).is_success
+        except httpx.HTTPError:
+            return False
+
     def invariant_gauges(self) -> dict[str, float]:
         """``safetynet_invariant_violations{invariant}`` as this daemon's /metrics shows it
         (empty before its auditor's first run)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +35,15 @@ REFERENCED = [
 ]
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write *path* whole or not at all: pytest-xdist workers render the report from every
+    figure while others are still writing theirs, so nobody may read a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def record(scenario: str, *, title: str, proves: str, injected: Sequence[str],
            rows: Mapping[str, int], faults: int, invariants: Mapping[str, int],
            duration_s: float, **extra: Any) -> Path:
@@ -47,7 +57,7 @@ def record(scenario: str, *, title: str, proves: str, injected: Sequence[str],
             "recorded_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             **extra}
     path = FIGURES / f"{scenario}.json"
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
 
 

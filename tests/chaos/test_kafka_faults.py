@@ -24,6 +24,10 @@ from tests.chaos.daemon import (
 
 pytestmark = pytest.mark.chaos
 
+# The fault windows (a sleep here IS the fault): ~20 relay polls each
+OUTAGE_S = 6.0  # Kafka refused: the proxy down, live connections reset
+BLACKHOLE_S = 6.0  # Kafka accepts and never answers
+
 
 def test_kafka_down_then_blackholed_loses_nothing(
         run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
@@ -37,16 +41,17 @@ def test_kafka_down_then_blackholed_loses_nothing(
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     daemon.wait_for("cycle_completed", job="outbox-relay")  # the relay is publishing
     kafka.proxy.set(down=True)
-    time.sleep(6.0)
+    time.sleep(OUTAGE_S)
     waiting_when_down = int(scalar(run.dsn, UNPUBLISHED))
     # straight from refused to blackholed: the backlog of the outage is still waiting when
     # the blackhole starts, so both faults meet rows to publish however fast the relay is
     kafka.proxy.set(down=False, blackhole=True)
-    run.fault("Kafka refused (proxy down, live connections reset) for 6 s = ~20 relay polls")
-    time.sleep(6.0)
+    run.fault(f"Kafka refused (proxy down, live connections reset) for {OUTAGE_S:g} s"
+              " = ~20 relay polls")
+    time.sleep(BLACKHOLE_S)
     waiting_when_blackholed = int(scalar(run.dsn, UNPUBLISHED))
     kafka.proxy.clear()
-    run.fault("Kafka blackholed (accepts, never answers) for 6 s")
+    run.fault(f"Kafka blackholed (accepts, never answers) for {BLACKHOLE_S:g} s")
     wait_settled(run.dsn, relay=True, limit_s=90, daemons=daemons)
     failures = sum(1 for e in daemon.events()
                    if e.get("event") in ("kafka_unavailable", "outbox_publish_failed"))

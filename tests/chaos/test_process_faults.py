@@ -40,6 +40,10 @@ pytestmark = pytest.mark.chaos
 
 DONE = "SELECT count(*) FROM messenger.recording_finalize_attempts WHERE status = 'Done'"
 FINALIZE = "recording-finalize"
+# The fault windows (a sleep here IS the fault being injected):
+KILL_WINDOW_S = 10.0  # backends terminated ...
+KILL_EVERY_S = 0.3  # ... every 300 ms
+FROZEN_AFTER_TAKEOVER_S = 1.0  # the replaced leader stays frozen while the standby works
 
 
 def logged_twice(daemons: Daemons) -> int:
@@ -68,14 +72,14 @@ def test_backends_terminated_mid_transaction(
                         finalize={"batch_size": 50}, reaper={"batch_size": 20})
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     daemon.wait_for("batch_claimed", job="recording-finalize")
-    end = time.monotonic() + 10
+    end = time.monotonic() + KILL_WINDOW_S
     killed = idle_kills = 0
     while time.monotonic() < end:
         n = terminate_backends(run.dsn, busy=True)
         killed += n
         if n == 0:  # nothing in a transaction just now: hit any session (locks, LISTEN)
             idle_kills += terminate_backends(run.dsn)
-        time.sleep(0.3)
+        time.sleep(KILL_EVERY_S)
     run.fault("pg_terminate_backend of daemon sessions inside a transaction", killed)
     run.fault("pg_terminate_backend of idle daemon sessions (lock, LISTEN, pool)", idle_kills)
     wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
@@ -106,13 +110,6 @@ def fenced_writes(daemon: Daemon) -> int:
     return int(sum(sample.value for family in text_string_to_metric_families(text)
                    for sample in family.samples
                    if sample.name == "safetynet_fenced_writes_rejected_total"))
-
-
-def answers(daemon: Daemon) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{daemon.port}/healthz", timeout=1).is_success
-    except httpx.HTTPError:
-        return False
 
 
 LEASE_TTL_S, POLL_S = 3.0, 0.5
@@ -164,11 +161,11 @@ def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
         except AssertionError:
             failed += 1
         finally:
-            time.sleep(1.0)  # the standby works a while; the old leader's writes wait
+            time.sleep(FROZEN_AFTER_TAKEOVER_S)  # the old leader's writes wait meanwhile
             os.kill(leader_pid, signal.SIGCONT)
         # resumed, it answers again and does not lead under its old term (a cycle that
         # had nothing left to write simply ends: only writes in flight meet the fence)
-        wait_until(lambda d=by_pid[leader_pid]: answers(d), 15, "the resumed leader")
+        wait_until(by_pid[leader_pid].answers, 15, "the resumed leader")
         now = live_lease(run.dsn, FINALIZE)
         stale_leader += int(now is not None and now == (leader_pid, term))
     s3_fault.clear()

@@ -23,6 +23,12 @@ from tests.faults import SLOW_DOWN, HttpRequest, HttpRule, s3_object
 
 pytestmark = pytest.mark.chaos
 
+# The fault windows: how long each injected fault is held (a sleep here IS the fault).
+BURST_S = 1.5  # each 503/500 burst, and the calm between two bursts
+HANG_S = 3.0  # HEADs blackholed, then delayed past the timeout, then SeaweedFS SIGSTOPped
+RESET_S = 5.0  # HEAD responses cut by an RST
+S3_DOWN_S = 4.0  # SeaweedFS stopped (connections refused)
+
 
 def every_other_object_head() -> Callable[[HttpRequest], bool]:
     """Every other object HEAD (never five transient answers in a row: the outage breaker
@@ -64,10 +70,10 @@ def test_s3_503_and_500_bursts(run: Run, daemons: Daemons, s3_server: S3Server, 
     daemon.wait_for("batch_claimed", job="recording-finalize")
     for what, rule in bursts:
         s3_fault.rules(rule)
-        time.sleep(1.5)
-        run.fault(f"S3 {what} burst (1.5 s)", _hits(s3_fault))
+        time.sleep(BURST_S)
+        run.fault(f"S3 {what} burst ({BURST_S} s)", _hits(s3_fault))
         s3_fault.clear()
-        time.sleep(1.5)
+        time.sleep(BURST_S)
     wait_settled(run.dsn, relay=True, limit_s=90, daemons=daemons)
     violations = run.verify(
         title="S3 503 SlowDown / 500 bursts",
@@ -95,20 +101,21 @@ def test_s3_hang_beyond_client_timeout(run: Run, daemons: Daemons, s3_server: S3
     daemons.add(Daemon(tmp_path, "d1", cfg)).start().wait_for("batch_claimed",
                                                               job="recording-finalize")
     s3_fault.rules(HttpRule(s3_object("HEAD"), blackhole=True))
-    time.sleep(3.0)
-    run.fault("S3 object HEADs blackholed for 3 s (client timeout 1 s)", _hits(s3_fault))
-    s3_fault.rules(HttpRule(every_other_object_head(), latency=2.5))
-    time.sleep(3.0)
-    run.fault("every other S3 object HEAD delayed 2.5 s (beyond the 1 s timeout) for 3 s",
+    time.sleep(HANG_S)
+    run.fault(f"S3 object HEADs blackholed for {HANG_S:g} s (client timeout 1 s)",
               _hits(s3_fault))
+    s3_fault.rules(HttpRule(every_other_object_head(), latency=2.5))
+    time.sleep(HANG_S)
+    run.fault("every other S3 object HEAD delayed 2.5 s (beyond the 1 s timeout) for"
+              f" {HANG_S:g} s", _hits(s3_fault))
     s3_fault.clear()
     assert s3_server.pid is not None
     os.kill(s3_server.pid, signal.SIGSTOP)
     try:
-        time.sleep(3.0)
+        time.sleep(HANG_S)
     finally:
         os.kill(s3_server.pid, signal.SIGCONT)
-    run.fault("SeaweedFS SIGSTOPped for 3 s, then SIGCONT")
+    run.fault(f"SeaweedFS SIGSTOPped for {HANG_S:g} s, then SIGCONT")
     wait_settled(run.dsn, relay=False, limit_s=90, daemons=daemons)
     violations = run.verify(
         title="S3 hangs beyond the client timeout",
@@ -188,8 +195,9 @@ def test_s3_reset_mid_response(run: Run, daemons: Daemons, s3_server: S3Server, 
                                   "batch_size": 50})
     s3_fault.rules(HttpRule(every_other_object_head(), reset_after=20))
     daemons.add(Daemon(tmp_path, "d1", cfg)).start()
-    time.sleep(5.0)
-    run.fault("RST after 20 response bytes on every other HEAD for 5 s", _hits(s3_fault))
+    time.sleep(RESET_S)
+    run.fault(f"RST after 20 response bytes on every other HEAD for {RESET_S:g} s",
+              _hits(s3_fault))
     s3_fault.clear()
     wait_settled(run.dsn, relay=False, limit_s=60, daemons=daemons)
     violations = run.verify(
@@ -214,10 +222,10 @@ def test_seaweedfs_stopped_and_restarted_mid_drain(
         "recording_reconciled", count=50)  # mid-drain
     s3_server.stop()
     try:
-        time.sleep(4.0)
+        time.sleep(S3_DOWN_S)
     finally:
         s3_server.start()
-    run.fault("SeaweedFS stopped for 4 s, then started again")
+    run.fault(f"SeaweedFS stopped for {S3_DOWN_S:g} s, then started again")
     wait_settled(run.dsn, relay=True, limit_s=90, daemons=daemons)
     violations = run.verify(
         title="SeaweedFS stopped and restarted",

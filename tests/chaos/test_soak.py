@@ -159,7 +159,10 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
     assert live == [], live[:5]
     def leader_gauges_at_zero() -> bool:
         # the auditor runs on the database-scans lease holder only; standbys export none
-        exported = [g for g in (d.invariant_gauges() for d in group if d.alive()) if g]
+        running = [d for d in group if d.alive()]
+        if not all(d.answers() for d in running):
+            return False  # a daemon the heal restarted is not listening yet
+        exported = [g for g in (d.invariant_gauges() for d in running) if g]
         return len(exported) == 1 and set(exported[0].values()) == {0.0}
     wait_until(leader_gauges_at_zero, 30, "one daemon (the scan leader) exporting every"
                " safetynet_invariant_violations back at 0, the others none", 0.5)

@@ -47,8 +47,10 @@ def run_dev(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[st
         capture_output=True, text=True, cwd=cwd, timeout=240, check=False, env=env)
 
 
-def summary_of(stdout: str) -> dict[str, int]:
-    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("SUMMARY ")]
+def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
+    assert len(lines) == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (line,) = lines
     summary: dict[str, int] = json.loads(line.removeprefix("SUMMARY "))
     return summary
 
@@ -75,7 +77,7 @@ def test_dev_heals_the_seeded_incident_and_reports_the_truth(wheel_site: Path,
     quarantined or restarted, every server is stopped."""
     proc = run_dev(wheel_site, tmp_path, "--recordings", "200", "--conferences", "30")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = summary_of(proc.stdout)
+    summary = summary_of(proc)
     assert summary == {
         "reconciled": 140, "failed": 40, "republished": 20, "quarantined": 0,
         "transient": summary["transient"], "published": 180, "empty_timeout": 10,
@@ -133,7 +135,7 @@ def test_dev_past_its_deadline_exits_1_with_the_summary_and_what_was_missed(
     proc = run_dev(wheel_site, tmp_path, "--recordings", "20", "--conferences", "3",
                    "--deadline", "3")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary_of(proc.stdout)
+    summary_of(proc)
     assert "deadline of 3s passed" in proc.stdout
     assert "not reached: " in proc.stdout
     assert "stopped every server" in proc.stdout

@@ -4,6 +4,7 @@ through its index, and the refusal to start on pending migrations."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -418,7 +419,7 @@ def test_poll_mode_has_no_trigger_and_no_listener_yet_publishes(
 
 
 def test_a_concurrent_build_that_times_out_is_retried_without_an_invalid_leftover(
-        db_dsn: str) -> None:
+        db_dsn: str, no_secrets_in_logs: io.StringIO) -> None:
     """A messenger transaction that wrote call_recordings stays open: the concurrent
     build of ix_recording_session waits for it, runs out of lock_timeout and leaves an
     INVALID index; the retry drops that leftover and builds again, so once the
@@ -445,7 +446,8 @@ def test_a_concurrent_build_that_times_out_is_retried_without_an_invalid_leftove
                     "'safetynet-migrate' AND wait_event_type = 'Lock'").fetchone() != (0,) \
                     or not worker.is_alive()
             wait_until(failed_once, 10, "the build to wait for the open transaction")
-            time.sleep(1.0)  # several timed-out tries
+            wait_until(lambda: no_secrets_in_logs.getvalue().count(
+                "stamina.retry_scheduled") >= 3, 30, "three timed-out tries, each retried")
         assert worker.is_alive()
         holder.commit()
     worker.join(60)

@@ -171,6 +171,9 @@ async def test_keeper_reconnects_after_the_database_was_unreachable(db_dsn: str)
     assert runs
 
 
+OUTAGE_S = 1.5  # PostgreSQL stopped this long (a sleep that IS the injected fault)
+
+
 async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
     """PostgreSQL stopped under a running keeper: cycles fail and back off (no crash, no
     restart), and resume by themselves when the server is back."""
@@ -192,7 +195,7 @@ async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
                 await nursery.start(serve_lock_keeper, job, server.dsn)
                 await trio.to_thread.run_sync(wait_until, lambda: len(runs) >= 2, 10, "runs")
                 await trio.to_thread.run_sync(server.stop)
-                await trio.sleep(1.5)  # cycles fail while it is down
+                await trio.sleep(OUTAGE_S)  # the fault window: cycles fail while it is down
                 before = len(runs)
                 await trio.to_thread.run_sync(server.start)
                 await trio.to_thread.run_sync(

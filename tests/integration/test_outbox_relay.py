@@ -4,6 +4,7 @@ order under failures, broker restarts, parallel relays, LISTEN wake-up, retentio
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
@@ -40,6 +41,7 @@ from supervision.database import Database
 from supervision.dev.stack import KafkaServer, S3Server
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.health import HEALTH
+from supervision.metrics import LAST_CYCLES
 from tests.conftest import make_config
 from tests.faults import open_fault_proxy
 from tests.messenger import KafkaMessage, fetch, read_topic
@@ -169,6 +171,12 @@ async def running_relay(cfg: Config) -> AsyncIterator[None]:
 ROWS_RESTART = 6000
 
 
+def relay_cycle_ended_since(since: float) -> bool:
+    """This process recorded the end of an outbox-relay cycle at or after *since*."""
+    ended = LAST_CYCLES.collect()[1]
+    return any(s.labels["job"] == "outbox-relay" and s.value >= since for s in ended.samples)
+
+
 def published_count(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM messenger.integration_outbox"
@@ -201,7 +209,7 @@ async def test_kafka_killed_mid_drain_then_restarted_ends_with_every_row_publish
         await trio.to_thread.run_sync(kafka_server.kill)
         await trio.sleep(0.5)  # in-flight sends finish failing
         frozen = await trio.to_thread.run_sync(published_count, db_dsn)
-        await trio.sleep(1.5)
+        await trio.sleep(1.5)  # an observation window: nothing more is marked published
         assert await trio.to_thread.run_sync(published_count, db_dsn) == frozen < ROWS_RESTART
         await trio.to_thread.run_sync(kafka_server.start)
         await wait_published(db_dsn, 60)
@@ -230,8 +238,10 @@ async def test_two_relays_never_publish_a_row_twice(
 async def test_notify_wakes_the_relay_long_before_the_poll_interval(
         cfg: Config, db_dsn: str, kafka_server: KafkaServer, topic: str) -> None:
     """With poll_interval 30 s, a row written by another writer is published in < 2 s."""
-    async with running_relay(cfg):
-        await trio.sleep(0.5)  # let the first (empty) cycle and LISTEN settle
+    since = time.time()
+    async with running_relay(cfg):  # LISTEN is in place once it is entered
+        await trio.to_thread.run_sync(
+            wait_until, partial(relay_cycle_ended_since, since), 10, "the first (empty) cycle")
         started = trio.current_time()
         await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["late"])
         await wait_published(db_dsn, 10)

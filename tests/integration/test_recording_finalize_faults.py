@@ -19,7 +19,7 @@ from actors.finalize.queries import FINALIZE_QUERIES
 from actors.finalize.reconciler import pool_size
 from actors.finalize.state import FinalizeCounts
 from actors.leases.lock_keeper import CycleContext
-from actors.s3.process import WorkerObjectStore
+from actors.s3.process import RESPAWN_INTERVAL, WorkerObjectStore
 from supervision.app.daemon import open_resources
 from supervision.app.tree import finalize_job
 from supervision.config import Config
@@ -519,7 +519,8 @@ async def test_s3_worker_killed_mid_cycle_keeps_rows_pending_then_next_cycle_rec
         s3_proxy.rules.clear()
         for row in rows.values():
             make_due(conn, str(row["id"]))
-        await trio.sleep(1.0)  # WorkerObjectStore starts at most one worker per second
+        # the rule under test: WorkerObjectStore starts at most one worker per interval
+        await trio.sleep(RESPAWN_INTERVAL)
         counts = await run_finalize_cycle(job, CycleContext(JOB, "run-2"))
 
     assert counts_of(counts) == {"reconciled": 8}

@@ -52,9 +52,11 @@ def pool_backends(dsn: str, user: str | None = None) -> set[int]:
 def finalize_due_recording(dsn: str, s3_server: S3Server, bucket: str) -> str:
     """A lost callback whose binary is in *bucket*; the daemon reconciles it only when it
     reads that bucket."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    # one transaction, committed once the binary is stored: a running daemon never sees
+    # the row due without its binary (it would fail it as missing: a race, seen under load)
+    with psycopg.connect(dsn) as conn:
         recording = insert_recording(conn, session_id=insert_call_session(conn))
-    upload_recording(s3_server, recording.id, bucket=bucket)
+        upload_recording(s3_server, recording.id, bucket=bucket)
     return recording.id
 
 

@@ -44,7 +44,8 @@ async def test_answers_are_routed_to_the_request_that_asked() -> None:
 async def test_worker_death_fails_requests_in_flight_as_transient_and_respawns() -> None:
     """A worker that exits answers Transient for what was waiting; the next request after
     the respawn interval starts a new worker and succeeds."""
-    async with open_object_store(CFG, command=FAKE, respawn_interval=1.0) as store:
+    respawn_s = 1.0  # the rule under test: one worker start per interval
+    async with open_object_store(CFG, command=FAKE, respawn_interval=respawn_s) as store:
         waiting = []
 
         async def ask_silent() -> None:
@@ -56,7 +57,7 @@ async def test_worker_death_fails_requests_in_flight_as_transient_and_respawns()
             assert await store.head_recording("die") == Transient("s3_worker_exited")
         assert waiting == [Transient("s3_worker_exited")]
         assert await store.head_recording("r1") == Transient("s3_worker_unavailable")
-        await trio.sleep(1.0)
+        await trio.sleep(respawn_s)
         assert await store.head_recording("r1") == Missing()
         assert store.starts == 2
 
