@@ -23,8 +23,9 @@ or, when the source may recover, ``Transient(NOT_SENT)``.
 If the worker dies, every request in flight answers ``Transient("s3_worker_exited")`` —
 the rows keep their attempt and are retried after their back-off, and the breaker stops
 the cycle if it keeps happening — and the next request starts a new one (at most one
-start per :data:`RESPAWN_INTERVAL`; in between, requests answer ``Transient(NOT_SENT)``,
-which the reconciler treats as not attempted). A request with no answer after
+start per :data:`RESPAWN_INTERVAL`, and none within that interval of a death, however long
+the dead one ran; in between, requests answer ``Transient(NOT_SENT)``, which the reconciler
+treats as not attempted). A request with no answer after
 ``3 * s3.timeout + 5 s`` answers ``Transient("s3_worker_timeout")`` (checked by one timer
 per worker generation, not a cancel scope per request).
 
@@ -155,6 +156,7 @@ class WorkerObjectStore:
         self._worker: _Worker | None = None
         self._starting = trio.Lock()
         self._last_start = -math.inf
+        self._last_loss = -math.inf  # when the last generation was lost
         self._closing = False
         self.starts = 0
         self.credential_updates = 0
@@ -209,7 +211,8 @@ class WorkerObjectStore:
         async with self._starting:
             if self._worker is not None and self._worker.alive:
                 return self._worker
-            if self._closing or trio.current_time() - self._last_start < self._respawn_interval:
+            since = trio.current_time() - max(self._last_start, self._last_loss)
+            if self._closing or since < self._respawn_interval:
                 return None
             self._last_start = trio.current_time()
             try:
@@ -293,6 +296,7 @@ class WorkerObjectStore:
             exc = group.exceptions[0]
             log.error("s3_worker_failed", error=str(exc) or type(exc).__name__)
         finally:
+            self._last_loss = trio.current_time()
             worker.lost(reason)
             with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
                 await worker.process.wait()

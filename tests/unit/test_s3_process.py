@@ -62,6 +62,22 @@ async def test_worker_death_fails_requests_in_flight_as_transient_and_respawns()
         assert store.starts == 2
 
 
+async def test_a_worker_that_dies_after_a_long_life_is_not_restarted_at_once() -> None:
+    """The respawn interval counts from the death too: a worker that ran longer than the
+    interval and then died gets no successor for one interval (the rows not yet sent are
+    given back unsent, not sent to a new worker in the middle of the incident)."""
+    respawn_s = 0.5
+    async with open_object_store(CFG, command=FAKE, respawn_interval=respawn_s) as store:
+        assert await store.head_recording("r1") == Missing()
+        await trio.sleep(2 * respawn_s)  # it has run longer than one interval
+        assert await store.head_recording("die") == Transient("s3_worker_exited")
+        assert await store.head_recording("r2") == Transient("s3_worker_unavailable")
+        assert store.starts == 1
+        await trio.sleep(respawn_s)
+        assert await store.head_recording("r2") == Missing()
+        assert store.starts == 2
+
+
 async def test_unanswered_request_times_out_as_transient() -> None:
     """A request the worker never answers gives up after answer_timeout, Transient."""
     async with open_object_store(CFG, command=FAKE) as store:
