@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
 import psycopg
 import trio
 
@@ -67,9 +68,11 @@ async def run_claimer(db: Database, cfg: OutboxRelayConfig, state: RelayState,
         while trio.current_time() < deadline:
             await in_hand.room()
             after, skip = (after_id, ()) if behind else (0, sorted(unmarked))
-            claim = await db.atomic(claim_batch, cfg.batch_size,
-                                    state.held_topics(trio.current_time()), after, skip,
-                                    max_bytes=cfg.claim_max_bytes, max_row_bytes=max_row_bytes)
+            at = trio.current_time()
+            claim = await db.atomic(claim_batch, cfg.batch_size, state.held_topics(at), after,
+                                    skip, max_bytes=cfg.claim_max_bytes,
+                                    max_row_bytes=max_row_bytes)
+            claim = attrs.evolve(claim, at=at)
             behind = claim.locked >= cfg.batch_size or claim.locked > len(claim.rows)
             if claim.rows:
                 unmarked.update(row.id for row in claim.rows)

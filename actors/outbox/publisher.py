@@ -72,7 +72,8 @@ async def run_publisher(producer: KafkaProducer, state: RelayState, window: Wind
                         answers: trio.MemorySendChannel[Answered],
                         dead_letters: trio.MemorySendChannel[DeadLetter]) -> None:
     """Send waves until the claims are drained, the *deadline*, or Kafka is down."""
-    caught_up = ended = False
+    caught_up_at: float | None = None  # when the claim that came back empty was made
+    ended = False
     async with claims, answers, dead_letters:
         while trio.current_time() < deadline:
             # nothing in hand: wait for a claim; else take every claim that is ready
@@ -85,7 +86,8 @@ async def run_publisher(producer: KafkaProducer, state: RelayState, window: Wind
                 except trio.EndOfChannel:
                     ended = True
                     break
-                caught_up = caught_up or not claim.rows
+                if not claim.rows and caught_up_at is None:
+                    caught_up_at = claim.at
                 for letter in window.take(claim):
                     await dead_letters.send(letter)
             wave = window.next_wave(trio.current_time(), state.rows.due_at)
@@ -93,9 +95,9 @@ async def run_publisher(producer: KafkaProducer, state: RelayState, window: Wind
                 if not await _send(producer, state, window, wave, answers, dead_letters):
                     return
             elif ended:
-                if caught_up:  # every row pending was seen
-                    state.forget_settled(window.seen_ids, window.seen_topics,
-                                         trio.current_time())
+                if caught_up_at is not None:  # every row pending was seen
+                    # as of that claim: a fault that came due after it was not looked for
+                    state.forget_settled(window.seen_ids, window.seen_topics, caught_up_at)
                 return
 
 
