@@ -23,6 +23,8 @@ import attrs
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from supervision.tree_walk import walk
+
 REDACTED = "***"
 SENSITIVE_KEY_WORDS = ("password", "secret", "token")
 # words of a key whose value is masked in any text (key=value, a query string): the above
@@ -148,10 +150,8 @@ def url_secrets(url: str) -> set[str]:
 def secrets_in(obj: Any) -> set[str]:
     """Every :class:`Secret` value in a configuration tree (DSNs in all their forms), and
     the userinfo and query values of every URL setting (:func:`url_secrets`); *obj* may
-    also be one value. The tree is read through :func:`supervision.config.walk`."""
+    also be one value. The tree is read through :func:`supervision.tree_walk.walk`."""
     if attrs.has(type(obj)):
-        from supervision.config.reference import walk  # the config package imports us
-
         return set().union(*(secrets_in(value) for _, _, value in walk(obj)))
     if isinstance(obj, str):
         return url_secrets(obj) if "://" in obj else set()

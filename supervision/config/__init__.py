@@ -13,7 +13,7 @@ failing, one line per problem naming the key; rules across keys come after
 (:mod:`.checks`), certificate files follow one policy (:mod:`.certificates`), files are
 read bounded (:mod:`.files`). The reference in docs/configuration.md, ``check-config``'s
 redacted print, a reload's changed keys and the secrets the logs mask all read the tree
-through one walker (:mod:`.reference`).
+through one walker (:func:`supervision.tree_walk.walk`).
 """
 
 from supervision.config.certificates import ssl_reason
@@ -41,7 +41,6 @@ from supervision.config.reference import (
     redacted,
     reference_markdown,
     settings_reference,
-    walk,
 )
 from supervision.config.sections import (
     Config,
@@ -57,6 +56,7 @@ from supervision.config.sections import (
     TracingConfig,
 )
 from supervision.errors import ConfigError
+from supervision.tree_walk import walk
 
 __all__ = [
     "DAY", "ENV_CONFIG_FILE", "ENV_PREFIX", "EXIT_CONFIG", "HOUR", "MAX_BATCH", "MINUTE",

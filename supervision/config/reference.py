@@ -14,7 +14,6 @@ line masks (:func:`supervision.secrets.secrets_in`) all read the tree through it
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -23,20 +22,7 @@ from supervision.config.fields import REQUIRED, is_duration
 from supervision.config.sections import Config
 from supervision.durations import format_duration
 from supervision.secrets import REDACTED, Secret, redact_dsn, redact_url
-
-
-def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, attrs.Attribute[Any], Any]]:
-    """Every setting of *tree* as (dotted key, attrs field, value), in declaration order.
-    *tree* is an attrs instance (the values) or an attrs class (the defaults:
-    ``attrs.NOTHING`` for a required setting)."""
-    cls = tree if isinstance(tree, type) else type(tree)
-    for field in attrs.fields(attrs.resolve_types(cls)):
-        key = f"{prefix}{field.name}"
-        value = field.default if isinstance(tree, type) else getattr(tree, field.name)
-        if attrs.has(field.type):
-            yield from walk(field.type if isinstance(tree, type) else value, f"{key}.")
-        else:
-            yield key, field, value
+from supervision.tree_walk import walk
 
 
 def redacted(cfg: Any) -> dict[str, Any]:
