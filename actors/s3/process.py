@@ -155,8 +155,7 @@ class WorkerObjectStore:
         self._ids = itertools.count(1)
         self._worker: _Worker | None = None
         self._starting = trio.Lock()
-        self._last_start = -math.inf
-        self._last_loss = -math.inf  # when the last generation was lost
+        self._last_change = -math.inf  # the last start or loss of a generation
         self._closing = False
         self.starts = 0
         self.credential_updates = 0
@@ -211,10 +210,10 @@ class WorkerObjectStore:
         async with self._starting:
             if self._worker is not None and self._worker.alive:
                 return self._worker
-            since = trio.current_time() - max(self._last_start, self._last_loss)
-            if self._closing or since < self._respawn_interval:
+            if (self._closing
+                    or trio.current_time() - self._last_change < self._respawn_interval):
                 return None
-            self._last_start = trio.current_time()
+            self._last_change = trio.current_time()
             try:
                 credentials = await self._current_credentials()
             except CredentialsUnavailable as exc:
@@ -296,7 +295,7 @@ class WorkerObjectStore:
             exc = group.exceptions[0]
             log.error("s3_worker_failed", error=str(exc) or type(exc).__name__)
         finally:
-            self._last_loss = trio.current_time()
+            self._last_change = trio.current_time()
             worker.lost(reason)
             with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
                 await worker.process.wait()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -135,6 +136,19 @@ def group_commit_params(rows: list[tuple[Any, Any]]) -> dict[str, dict[str, Any]
     }
 
 
+def applied_groups(conn: psycopg.Connection, rows: list[tuple[Any, Any]],
+                   expected: int) -> Iterator[tuple[str, str]]:
+    """Each group commit of *rows* run under EXPLAIN ANALYZE: (its name, its plan), once
+    the group was seen to apply (*expected* rows Done), then rolled back."""
+    for name, params in group_commit_params(rows).items():
+        plan = analyze(conn, name, params)
+        done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
+                            " WHERE status = 'Done'").fetchone()
+        conn.rollback()
+        assert done == (expected,), plan  # the group was applied
+        yield name, plan
+
+
 def test_claims_and_gauges_read_no_messenger_table_whole_at_a_backlog(backlog: str) -> None:
     """20,000 due finalize rows (every 500th recording Available) and 20,000 active rooms
     (a tenth due): every claim and gauge plan reaches those tables through indexes only,
@@ -227,13 +241,7 @@ def test_group_commits_reach_rows_by_key_when_statistics_say_nothing_is_due(
             "SELECT a.id, a.recording_id FROM messenger.recording_finalize_attempts a JOIN"
             " messenger.call_recordings r ON r.id = a.recording_id"
             " WHERE r.status = 'Uploading' LIMIT 50").fetchall()
-        groups = group_commit_params(rows)
-        for name, params in groups.items():
-            plan = analyze(conn, name, params)
-            done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
-                                " WHERE status = 'Done'").fetchone()
-            conn.rollback()
-            assert done == (50,), plan  # the group was applied
+        for _name, plan in applied_groups(conn, rows, 50):
             scans = set(re.findall(r"Scan using (ix_\w+) on", plan))
             assert not scans & {"ix_recording_active", "ix_rfa_pending_created",
                                 "ix_rfa_due"}, plan
@@ -294,13 +302,7 @@ def test_a_claim_and_its_group_commit_handle_only_the_batch_under_empty_table_st
             "SELECT a.id, a.recording_id FROM messenger.recording_finalize_attempts a JOIN"
             " messenger.call_recordings r ON r.id = a.recording_id"
             " WHERE a.attempts = 1 AND r.status = 'Uploading'").fetchall()
-        groups = group_commit_params(rows)
-        for name, params in groups.items():
-            plan = analyze(conn, name, params)
-            done = conn.execute("SELECT count(*) FROM messenger.recording_finalize_attempts"
-                                " WHERE status = 'Done'").fetchone()
-            conn.rollback()
-            assert done == (len(rows),), plan  # the group was applied
+        for name, plan in applied_groups(conn, rows, len(rows)):
             largest[name] = largest_node(plan)
     assert len(rows) >= 90  # (every 500th recording is Available already: terminal)
     assert all(n <= 300 for n in largest.values()), largest
