@@ -67,6 +67,7 @@ __all__ = [
     "start_all",
     "stop_all",
     "system_pg_bin_dir",
+    "taken_port_flag",
 ]
 
 _T = TypeVar("_T")
@@ -493,6 +494,20 @@ class KafkaServer:
 PORT_ATTEMPTS = 3  # weed starts with freshly picked ports when one was taken meanwhile
 _WEED_PORT_TAKEN = re.compile(
     r"Port allocation failed: port \d+ for \w+ \(specified by flag (?P<flag>[\w.]+)\)")
+# the port was free at weed's own check and taken before its listener bound it
+_WEED_BIND_TAKEN = re.compile(
+    r"listen tcp 127\.0\.0\.1:(?P<port>\d+): bind: address already in use")
+
+
+def taken_port_flag(log_tail: str, ports: dict[str, int]) -> str | None:
+    """The ``weed mini`` flag whose port another process took, as weed's log tells it
+    (refused by its start-up check, or lost between that check and the bind)."""
+    if (found := _WEED_PORT_TAKEN.search(log_tail)) is not None:
+        return found["flag"]
+    if (lost := _WEED_BIND_TAKEN.search(log_tail)) is not None:
+        return next((flag for flag, port in ports.items() if port == int(lost["port"])),
+                    None)
+    return None
 
 
 class S3Server:
@@ -559,11 +574,11 @@ class S3Server:
                 # a port picked free was taken before weed bound it (the kernel hands the
                 # same range to outgoing connections): pick again, up to PORT_ATTEMPTS;
                 # a restart keeps the S3 port its callers know, so losing that one is final
-                taken = _WEED_PORT_TAKEN.search(str(exc))
+                taken = taken_port_flag(str(exc), self.ports)
                 if (taken is None or attempt == PORT_ATTEMPTS
-                        or (self._started and taken["flag"] == "s3.port")):
+                        or (self._started and taken == "s3.port")):
                     raise
-                self._allocate_ports(keep=("s3.port",) if taken["flag"] != "s3.port" else ())
+                self._allocate_ports(keep=("s3.port",) if taken != "s3.port" else ())
                 continue
             self._started = True
             return
