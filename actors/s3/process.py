@@ -227,17 +227,22 @@ class WorkerObjectStore:
             except OSError as exc:
                 log.error("s3_worker_start_failed", error=type(exc).__name__)
                 return None
-            return self._worker
+            return self._worker  # None: the store closed while the process started
 
     async def _current_credentials(self) -> Credentials | None:
         return await trio.to_thread.run_sync(
             self._credentials.current, limiter=self._credentials_limiter,
             abandon_on_cancel=True)
 
-    async def _start(self, credentials: Credentials | None) -> _Worker:
+    async def _start(self, credentials: Credentials | None) -> _Worker | None:
         process = await trio.lowlevel.open_process(
             list(self._command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             start_new_session=True, env=worker_environment(os.environ), cwd=WORKER_CWD)
+        if self._closing:  # closed during the spawn (a thread): no nursery left to serve it
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+            return None
         requests_send, requests_recv = trio.open_memory_channel[bytes](math.inf)
         requests_send.send_nowait(encode_settings(self._cfg, credentials))
         worker = _Worker(process, requests_send, credentials)

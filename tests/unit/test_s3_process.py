@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -122,6 +123,41 @@ async def test_closing_the_store_kills_a_worker_that_ignores_end_of_input(
         worker = store._worker
     assert worker is not None and worker.process.returncode == -signal.SIGKILL
     assert trio.current_time() - started < 5
+
+
+async def test_a_worker_whose_start_outlasts_the_store_is_killed_not_a_crash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose worker process is still being spawned (a thread: not cancellable)
+    when the store closes answers Transient, and the process it started is killed and
+    reaped: it is not handed to the store's closed nursery ("Nursery is closed to new
+    arrivals" used to end the cycle's task group)."""
+    spawning, release = trio.Event(), trio.Event()
+    spawned: list[trio.Process] = []
+    real_open_process = trio.lowlevel.open_process
+
+    async def slow_open_process(*args: Any, **kwargs: Any) -> trio.Process:
+        spawning.set()
+        with trio.CancelScope(shield=True):  # like the real spawn: runs to its end
+            await release.wait()
+            process = await real_open_process(*args, **kwargs)
+        spawned.append(process)
+        return process
+
+    monkeypatch.setattr(trio.lowlevel, "open_process", slow_open_process)
+    outcomes: list[object] = []
+    async with trio.open_nursery() as nursery:
+        async with open_object_store(CFG, command=FAKE) as store:
+
+            async def ask() -> None:
+                outcomes.append(await store.head_recording("r1"))
+
+            nursery.start_soon(ask)
+            await spawning.wait()
+        release.set()  # the store is closed: now the spawn completes
+    assert outcomes == [Transient("s3_worker_unavailable")]
+    (process,) = spawned
+    assert process.returncode is not None  # killed and reaped, not left running
+    assert store.starts == 0
 
 
 async def test_worker_exits_cleanly_when_the_store_closes() -> None:
