@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 
 from supervision.app.reload import leaves
-from supervision.config import (
-    Config,
-    LeasedJob,
-    config_from_dict,
-    redacted,
-    settings_reference,
-    walk,
-)
+from supervision.app.settings import Config, config_from_dict
+from supervision.config import LeasedJob, redacted, settings_reference, walk
 from supervision.config.checks import leased_jobs
 from supervision.errors import ConfigError
 from supervision.secrets import secrets_in
@@ -47,7 +41,7 @@ def test_one_walk_gives_the_same_keys_to_reference_redaction_and_reload() -> Non
     from_instance = [key for key, _, _ in walk(cfg)]
     assert from_class == from_instance and len(set(from_class)) == len(from_class)
     assert from_class[0] == "postgres.dsn" and "jobs.conference_reaper.lock_ttl" in from_class
-    assert [row.key for row in settings_reference()] == from_class
+    assert [row.key for row in settings_reference(Config)] == from_class
     assert flat(redacted(cfg)) == from_class
     assert [key for key, _ in leaves(cfg)] == from_class
     assert dict(leaves(cfg))["jobs.conference_reaper.lock_ttl"] == 120.0
@@ -70,7 +64,7 @@ def test_both_lease_run_jobs_share_the_leased_block() -> None:
     assert [key for key, _ in leased_jobs(cfg)] == ["jobs.recording_finalize",
                                                     "jobs.conference_reaper"]
     for name in ("polling_interval", "lock_ttl", "max_run_duration"):
-        docs = {row.doc for row in settings_reference()
+        docs = {row.doc for row in settings_reference(Config)
                 if row.key in (f"jobs.recording_finalize.{name}", f"jobs.conference_reaper.{name}")}
         assert len(docs) == 1, name
     assert all(isinstance(job, LeasedJob) for _, job in leased_jobs(cfg))
