@@ -9,7 +9,9 @@
     supervision/       the generic runtime: specs, supervisor, database, config, SQL
 
 Inside ``actors/`` a job never imports another job's package: what two jobs share lives in
-a service package or in the common modules, which import no job.
+a service package or in the common modules, which import no job. Each job's config section
+lives in its ``actors/<job>/settings.py`` (the runtime defines none; the app's
+``supervision/app/settings.py`` gathers them), which imports the config framework only.
 
 Every import (module level or inside a function) is read from the source with ``ast``.
 """
