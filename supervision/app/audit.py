@@ -20,6 +20,10 @@ Three parts, each bounded, each judged or reported as not judged:
 
 The window never reaches back beyond ``outbox_relay.retention`` (less a margin for the
 Kafka read): a published row pruned by retention is neither missing nor "unknown".
+
+The thresholds the invariants compare with (:func:`audit_thresholds`) read every job's
+section, so they are made here, in the composition root, for this verb, the auditor actor
+of the tree and the console alike: the audit job imports no other job's settings.
 """
 
 from __future__ import annotations
