@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 from actors.audit.auditor import audit_once
 from actors.audit.invariants import Thresholds
 from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE
+from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.dev.stack import PostgresServer
 from supervision.migrate import install_demo
 
@@ -145,13 +146,13 @@ def main() -> None:
         for label, window in (("actor (window 15m, the default)", cfg.audit.window),
                               ("actor (window 1h)", 3600.0),
                               ("cli --since 24h", 86400.0)):
-            th = Thresholds.from_config(cfg, window)
+            th = audit_thresholds(cfg, window)
             times, found = time_runs(server.dsn, th, args.rounds)
             print(f"{label}: median {statistics.median(times):.1f} ms, "
                   f"p90 {sorted(times)[int(len(times) * 0.9)]:.1f} ms, "
                   f"min {min(times):.1f} ms over {args.rounds} runs; {found} violation(s)")
         if args.plans:
-            plans(server.dsn, Thresholds.from_config(cfg))
+            plans(server.dsn, audit_thresholds(cfg))
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 from actors.leases.lock_keeper import CycleContext
 from actors.reaper.cycle import ReaperJob, run_reaper_cycle
 from actors.reaper.recorder_signal import open_media_client
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer
 from supervision.jobs import Job

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._measure import percentile
 from bench.recording_finalize import RESET, SEED
 from supervision.app.console.app import build_app
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer, start_all, stop_all
 from supervision.migrate import install_demo

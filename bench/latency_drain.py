@@ -78,7 +78,7 @@ from bench.recording_finalize import (
     seed,
     upload,
 )
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo

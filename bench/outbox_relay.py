@@ -87,9 +87,9 @@ from bench._measure import (
     spread,
 )
 from supervision.app.daemon import open_resources, run_once
+from supervision.app.settings import Config, config_from_dict
 from supervision.app.tree import relay_locked_job
 from supervision.bridge import run_asyncio
-from supervision.config import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging

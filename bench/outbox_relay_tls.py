@@ -42,7 +42,7 @@ from actors.kafka.security import client_security
 from bench._measure import spread
 from bench.outbox_relay import Workload
 from supervision.app.daemon import run_once
-from supervision.config import Config, config_from_dict
+from supervision.app.settings import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging

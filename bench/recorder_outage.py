@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._measure import CpuMeter, spread
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import recording_finalize as rf
 
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import PostgresServer
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo

@@ -63,7 +63,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import itertools
 
-from actors.audit.invariants import Thresholds
 from actors.finalize.queries import FINALIZE_QUERIES
 from actors.leases.lock_keeper import CycleContext
 from actors.outbox.queries import OUTBOX_QUERIES
@@ -72,8 +71,9 @@ from actors.reaper.queries import REAPER_QUERIES
 from actors.reaper.recorder_signal import open_media_client
 from bench._measure import tree_cpu
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
+from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.database import open_database
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.jobs import Job
@@ -155,7 +155,7 @@ def audit_queries(names: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]
                                         ("finalize_sla_timeout", "polling_interval", "lock_ttl",
                                          "max_run_duration")},
                  "conference_reaper": {"polling_interval": "1s"}}})
-    params = Thresholds.from_config(cfg).params()
+    params = audit_thresholds(cfg).params()
     return [(name.replace("audit_", "audit "), ALL_QUERIES[name], params) for name in names]
 
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from supervision.config import Config, config_from_dict
+from supervision.app.settings import Config, config_from_dict
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
 from supervision.health import HEALTH, RootState
 from supervision.logs import configure_logging

@@ -1,6 +1,6 @@
 """The auditor: the cheap (SQL-only) invariants of ``safetynet audit``, every interval.
 
->>> nursery.start(serve_auditor, db, Thresholds.from_config(cfg), cfg.audit.interval)
+>>> nursery.start(serve_auditor, db, audit_thresholds(cfg), cfg.audit.interval)
 
 Inputs: the database pool and the thresholds (``[audit]``, the jobs' SLA, windows and
 max_attempts). Outputs: the gauge ``safetynet_invariant_violations{invariant}`` (every

@@ -1,7 +1,7 @@
 """The invariants safetynet promises, judged from live data (``safetynet audit`` and the
 auditor actor; the chaos checker judges with the same code).
 
->>> th = Thresholds.from_config(cfg)                  # or Thresholds(...) in tests
+>>> th = audit_thresholds(cfg)   # supervision.app.audit; or Thresholds(...) in tests
 >>> violations = judge_database(conn, th)             # the cheap, SQL-only invariants
 >>> [str(v) for v in violations]
 ['missing_outbox: 3f0c… Available recording without call-recording-available']
@@ -29,7 +29,6 @@ from psycopg.rows import dict_row
 
 from actors.audit.queries import AUDIT_QUERIES
 from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE
-from supervision.config import Config
 
 FOREVER = 100 * 365 * 86400.0  # a window that holds every row (the chaos checker's)
 
@@ -96,19 +95,6 @@ class Thresholds:
     grace_s: float = 0.0       # a transition younger than this is not judged
     relay_lag_s: float = 0.0   # an unpublished row younger than this is not judged
     limit: int = 1000          # violations per query at most
-
-    @classmethod
-    def from_config(cls, cfg: Config, window_s: float | None = None) -> Thresholds:
-        rf, cr, audit = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper, cfg.audit
-        return cls(
-            sla_s=rf.finalize_sla_timeout, max_attempts=rf.max_attempts,
-            empty_room_grace_s=cr.empty_room_grace, provision_timeout_s=cr.provision_timeout,
-            stale_live_timeout_s=cr.stale_live_timeout,
-            slack_s=max(rf.polling_interval, cr.polling_interval),
-            cycle_s=rf.lock_ttl + rf.polling_interval,
-            window_s=audit.window if window_s is None else window_s,
-            retention_s=cfg.outbox_relay.retention, grace_s=audit.grace,
-            relay_lag_s=audit.relay_lag, limit=audit.max_violations)
 
     def params(self) -> dict[str, Any]:
         return {"sla": self.sla_s, "max_attempts": self.max_attempts,

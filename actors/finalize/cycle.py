@@ -51,10 +51,10 @@ from actors.finalize.messages import ClaimedRow, RowOutcome
 from actors.finalize.metrics import RF_CYCLE_DURATION, RF_RUNS, S3_BREAKER_OPEN
 from actors.finalize.reconciler import pool_size, run_s3_reconciler
 from actors.finalize.redrive import observe_s3, redrive_quarantined
+from actors.finalize.settings import RecordingFinalizeConfig
 from actors.finalize.state import Breaker, FinalizeCounts, FinalizeCycle
 from actors.leases.lock_keeper import CycleContext
 from actors.s3.objectstore import Fault, Found, ObjectStore, Transient
-from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.health import HEALTH
 from supervision.jobs import Job

@@ -33,8 +33,8 @@ import structlog
 
 from actors.finalize.metrics import RF_REDRIVEN
 from actors.finalize.queries import FINALIZE_QUERIES
+from actors.finalize.settings import RecordingFinalizeConfig
 from actors.finalize.state import FinalizeCounts
-from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 
 log = structlog.get_logger("finalize_redrive")

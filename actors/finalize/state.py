@@ -11,8 +11,8 @@ import trio
 
 from actors.finalize.evidence import VerdictGate
 from actors.finalize.metrics import S3_BREAKER_OPEN
+from actors.finalize.settings import RecordingFinalizeConfig
 from actors.s3.objectstore import ObjectStore
-from supervision.config import RecordingFinalizeConfig
 from supervision.database import Database
 from supervision.wakeup import no_wakeup
 

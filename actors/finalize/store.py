@@ -17,7 +17,7 @@ from psycopg.types.string import TextLoader
 from actors.envelope import TOPIC_RECORDING_AVAILABLE, event_header_fields
 from actors.finalize.messages import AttemptStatus, ClaimedRow, ClaimPhase
 from actors.finalize.queries import FINALIZE_QUERIES
-from supervision.config import RecordingFinalizeConfig
+from actors.finalize.settings import RecordingFinalizeConfig
 from supervision.jobs import Job
 
 SOURCE = f"safetynet.{Job.RECORDING_FINALIZE}"

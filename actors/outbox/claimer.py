@@ -32,9 +32,9 @@ from actors.kafka.producer import MAX_REQUEST_SIZE
 from actors.outbox.messages import Claim
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.rows import Row, parse_claimed
+from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.state import RelayState
 from actors.outbox.window import InHand
-from supervision.config import OutboxRelayConfig
 from supervision.database import Database, pipelined
 
 MAX_ROW_BYTES = MAX_REQUEST_SIZE  # the producer's: no larger row is ever sent

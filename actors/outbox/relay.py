@@ -66,9 +66,9 @@ from actors.outbox.messages import Answered, Claim, DeadLetter
 from actors.outbox.publisher import connect, report_health, run_publisher
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.retention import RETENTION_BATCHES, apply_retention
+from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.state import RelayCounts, RelayState
 from actors.outbox.window import InHand, Window
-from supervision.config import OutboxRelayConfig
 from supervision.database import Database, pipelined
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.jobs import Job

@@ -23,7 +23,7 @@ import psycopg
 import structlog
 
 from actors.outbox.queries import OUTBOX_QUERIES
-from supervision.config import OutboxRelayConfig
+from actors.outbox.settings import OutboxRelayConfig
 from supervision.database import Database
 
 log = structlog.get_logger("outbox_retention")

@@ -80,8 +80,9 @@ from actors.reaper.metrics import (
     CR_SKIP_LOCKED,
 )
 from actors.reaper.recorder_signal import RecorderSignal, run_recorder_signal
+from actors.reaper.settings import ConferenceReaperConfig
 from actors.reaper.store import active_backlog, poisoned_count, prune_poison, reap_phase
-from supervision.config import ConferenceReaperConfig, MediaConfig
+from supervision.config import MediaConfig
 from supervision.database import Database
 from supervision.jobs import Job
 from supervision.tracing import span

@@ -6,8 +6,8 @@ from __future__ import annotations
 import psycopg
 
 from actors.reaper.metrics import CR_ACTIVE_BACKLOG
+from actors.reaper.settings import ConferenceReaperConfig
 from actors.reaper.store import active_backlog
-from supervision.config import ConferenceReaperConfig
 
 
 def refresh_reaper_backlog(conn: psycopg.Connection, cfg: ConferenceReaperConfig) -> None:

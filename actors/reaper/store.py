@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from actors.envelope import TOPIC_CONFERENCE_ENDED, event_headers
 from actors.reaper.messages import SOURCE, ItemFailed, Phase, PhaseResult, Reaped
 from actors.reaper.queries import REAPER_QUERIES
-from supervision.config import ConferenceReaperConfig
+from actors.reaper.settings import ConferenceReaperConfig
 
 # A row whose data the database rejects: isolate it. Anything else (connection lost,
 # a bug in the SQL) fails the whole batch, which rolls back.

@@ -20,6 +20,10 @@ Three parts, each bounded, each judged or reported as not judged:
 
 The window never reaches back beyond ``outbox_relay.retention`` (less a margin for the
 Kafka read): a published row pruned by retention is neither missing nor "unknown".
+
+The thresholds the invariants compare with (:func:`audit_thresholds`) read every job's
+section, so they are made here, in the composition root, for this verb, the auditor actor
+of the tree and the console alike: the audit job imports no other job's settings.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from actors.audit.ledger import TOPICS, Ledger, OutboxRow, check_ledger, read_wi
 from actors.audit.queries import AUDIT_QUERIES
 from actors.s3.objectstore import Found, Missing, Poison
 from actors.s3.process import open_object_store
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.errors import SafetynetError
 from supervision.pgconn import client_deadline, connect, conninfo
 
@@ -76,9 +80,26 @@ class Report:
                 "unjudged": self.unjudged}
 
 
+def audit_thresholds(cfg: Config, window_s: float | None = None) -> Thresholds:
+    """The auditor's thresholds from the configuration: ``[audit]`` and what the
+    invariants compare with in the other jobs' sections (the finalize SLA and attempts,
+    the reaper's windows, the cycles' polling, the outbox retention). Made here, where
+    every job's section is known: the audit job imports no other job."""
+    rf, cr, audit = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper, cfg.audit
+    return Thresholds(
+        sla_s=rf.finalize_sla_timeout, max_attempts=rf.max_attempts,
+        empty_room_grace_s=cr.empty_room_grace, provision_timeout_s=cr.provision_timeout,
+        stale_live_timeout_s=cr.stale_live_timeout,
+        slack_s=max(rf.polling_interval, cr.polling_interval),
+        cycle_s=rf.lock_ttl + rf.polling_interval,
+        window_s=audit.window if window_s is None else window_s,
+        retention_s=cfg.outbox_relay.retention, grace_s=audit.grace,
+        relay_lag_s=audit.relay_lag, limit=audit.max_violations)
+
+
 def run_audit(cfg: Config, window_s: float, kafka: bool) -> Report:
     """Judge every invariant over the last *window_s* seconds (bounded by retention)."""
-    th = Thresholds.from_config(cfg, window_s)
+    th = audit_thresholds(cfg, window_s)
     violations: list[Violation] = []
     judged: list[Invariant] = []
     unjudged: list[str] = []

@@ -22,8 +22,9 @@ import click
 import psycopg
 import tomli_w
 
+from supervision.app.settings import load_config
 from supervision.app.verbs import fail, load_or_exit, operator_connection
-from supervision.config import EXIT_CONFIG, config_paths, load_config, redacted
+from supervision.config import EXIT_CONFIG, config_paths, redacted
 from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.jobs import Job
 from supervision.logs import configure_logging

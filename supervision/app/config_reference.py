@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from supervision.config import reference_markdown
+from supervision.app.settings import reference_markdown
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 DEFAULT_PATH = Path("docs/configuration.md")

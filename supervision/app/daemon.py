@@ -16,8 +16,8 @@ from actors.outbox.relay import run_relay_until_drained
 from supervision.app.reload import reloader
 from supervision.app.resources import open_resource_set
 from supervision.app.schema_gate import check_job, schema_gate
+from supervision.app.settings import Config
 from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
-from supervision.config import Config
 from supervision.errors import InfrastructureError
 from supervision.jobs import Job
 from supervision.pgconn import client_deadline, conninfo

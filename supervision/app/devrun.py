@@ -44,7 +44,7 @@ from rich.live import Live
 from rich.table import Table
 
 from supervision.app.console.commands import serve_console
-from supervision.config import Config, load_config
+from supervision.app.settings import Config, load_config
 from supervision.dev.proxy import OutageProxy
 from supervision.dev.stack import DevStack, free_ports, open_dev_stack
 from supervision.jobs import Job

@@ -32,7 +32,7 @@ from supervision.app.plan_items import (
     storage_down_item,
 )
 from supervision.app.queries import ALL_QUERIES
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.jobs import Job
 from supervision.pgconn import connect, conninfo
 

@@ -26,9 +26,10 @@ from actors.finalize.evidence import (
     usable_type,
 )
 from actors.finalize.messages import ClaimPhase
+from actors.finalize.settings import RecordingFinalizeConfig
 from actors.reaper.messages import PhaseName
+from actors.reaper.settings import ConferenceReaperConfig
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
-from supervision.config import ConferenceReaperConfig, RecordingFinalizeConfig
 from supervision.durations import format_duration
 
 

@@ -50,7 +50,8 @@ import trio
 
 from actors.metrics_exporter import prebind
 from supervision.app.resources import Resource, changed_resources, check_before_reopen
-from supervision.config import Config, walk
+from supervision.app.settings import Config
+from supervision.config import walk
 from supervision.config.values import guarded_problem
 from supervision.errors import ConfigError
 from supervision.logs import configure_logging

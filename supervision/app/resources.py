@@ -42,9 +42,9 @@ from actors.kafka.producer import KafkaProducer
 from actors.reaper.recorder_signal import open_media_client
 from actors.s3.objectstore import ObjectStore
 from actors.s3.process import open_object_store
+from supervision.app.settings import Config
 from supervision.app.tree import Resources
 from supervision.bridge import open_asyncio_bridge
-from supervision.config import Config
 from supervision.database import Database, open_database
 from supervision.pgconn import client_deadline, conninfo
 from supervision.tls import verifying_context

@@ -24,7 +24,7 @@ from actors.outbox.queries import OUTBOX_QUERIES
 from actors.reaper.queries import REAPER_QUERIES
 from supervision.app.pauses import paused_jobs
 from supervision.app.queries import ALL_QUERIES
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.errors import SafetynetError
 
 

@@ -28,7 +28,6 @@ import httpx
 import psycopg
 
 from actors.audit.auditor import serve_auditor
-from actors.audit.invariants import Thresholds
 from actors.finalize.cycle import FinalizeJob, run_finalize_cycle
 from actors.finalize.gauges import refresh_finalize, refresh_recording_slo
 from actors.gauge_refresher import Refresh, serve_gauge_refresher
@@ -42,7 +41,8 @@ from actors.outbox.relay import RelayCounts, RelayJob, relay_idle, run_relay_cyc
 from actors.reaper.cycle import ReaperJob, run_reaper_cycle
 from actors.reaper.gauges import refresh_reaper_backlog
 from actors.s3.objectstore import ObjectStore
-from supervision.config import Config
+from supervision.app.audit import audit_thresholds
+from supervision.app.settings import Config
 from supervision.database import Database
 from supervision.jobs import Job
 from supervision.metrics import LEADER_GAUGES
@@ -135,7 +135,7 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
                        Restart.PERMANENT, shutdown=1.0)]
     if res.cfg.audit.enabled:
         scans.append(ChildSpec(
-            "auditor", partial(serve_auditor, res.db, Thresholds.from_config(res.cfg),
+            "auditor", partial(serve_auditor, res.db, audit_thresholds(res.cfg),
                                res.cfg.audit.interval),
             Restart.PERMANENT, shutdown=1.0))
     scan_tree = SupervisorSpec("scans", scans, Strategy.ONE_FOR_ONE, intensity)

@@ -16,7 +16,8 @@ from typing import NoReturn
 import click
 import psycopg
 
-from supervision.config import EXIT_CONFIG, Config, config_paths, load_config
+from supervision.app.settings import Config, load_config
+from supervision.config import EXIT_CONFIG, config_paths
 from supervision.errors import ConfigError
 from supervision.pgconn import client_deadline, connect, conninfo
 from supervision.secrets import Scrubber, secrets_in

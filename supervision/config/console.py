@@ -1,4 +1,4 @@
-"""The ``[console]`` section (issue #27), a section of :class:`~supervision.config.Config`.
+"""The ``[console]`` section (issue #27), a section of :class:`~supervision.app.settings.Config`.
 
 Kept apart from the daemon's sections: only ``safetynet console`` reads it, and what it
 requires (a user and a password hash, or a proxy header and the proxies' addresses) is

@@ -1,18 +1,21 @@
 """Loading: TOML files merged in order, ``SAFETYNET__SECTION__KEY`` overrides, cattrs.
 
->>> cfg = load_config([Path("config/production.example.toml")],
+>>> cfg = load_config(Config, [Path("config/production.example.toml")],
 ...                   env={"SAFETYNET__POSTGRES__DSN": "postgresql://x"})
 >>> cfg.jobs.recording_finalize.batch_size
 100
 
-The merged mapping is structured by one cattrs :class:`~cattrs.Converter`
-(``forbid_extra_keys``, detailed validation): a hook per value type (integers, numbers,
-booleans, strings, secrets, enums, arrays of strings) refuses what TOML or the
-environment gives in the wrong shape, a duration setting is parsed from ``"90s"``, and
-each setting's checks run on the structured value. cattrs collects every problem of
-every section before failing; :func:`_problems` turns its exception tree
-(``ClassValidationError``, ``ForbiddenExtraKeysError``, each error noted with its
-attribute) into today's lines, one per problem, naming the full dotted key. The
+Generic over the root: any attrs class whose fields are sections (the app's
+:class:`supervision.app.settings.Config` binds it). The merged mapping is structured by
+one cattrs :class:`~cattrs.Converter` (``forbid_extra_keys``, detailed validation): a
+hook per value type (integers, numbers, booleans, strings, secrets, enums, arrays of
+strings) refuses what TOML or the environment gives in the wrong shape, a duration
+setting is parsed from ``"90s"``, and each setting's checks run on the structured value.
+cattrs collects every problem of every section before failing; :func:`_problems` turns
+its exception tree (``ClassValidationError``, ``ForbiddenExtraKeysError``, each error
+noted with its attribute) into today's lines, one per problem, naming the full dotted
+key; a key a section once had and lost is named in its ``removed_keys`` class variable
+with what replaced it, and refused with that hint instead of "unknown key". The
 cross-checks (:mod:`supervision.config.checks`) run once every setting is valid.
 
 A value from the environment is a string: ``"5"`` may be the integer 5, ``"false"`` a
@@ -29,7 +32,7 @@ import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
@@ -39,7 +42,6 @@ from cattrs.gen import make_dict_structure_fn, override
 from supervision.config.checks import cross_checks
 from supervision.config.fields import is_duration
 from supervision.config.files import UnreadableFile, deep_nesting_key, read_config_text
-from supervision.config.sections import Config
 from supervision.config.values import bounded_repr, guarded_problem
 from supervision.durations import parse_duration
 from supervision.errors import ConfigError
@@ -48,14 +50,9 @@ from supervision.secrets import Secret
 ENV_PREFIX = "SAFETYNET__"
 ENV_CONFIG_FILE = "SAFETYNET_CONFIG"
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
-# settings that existed once: refused (exit 78) with what replaced them, not "unknown"
-REMOVED_KEYS = {
-    "jobs.recording_finalize.max_failed_per_cycle":
-        "removed: Missing verdicts now need evidence instead of a per-cycle cap"
-        " (docs/architecture.md); delete this line",
-}
 
 Hook = Callable[[Any, Any], Any]
+Root = TypeVar("Root")
 
 
 class FromEnv(str):
@@ -71,8 +68,10 @@ def config_paths(cli_paths: Sequence[str | Path], env: Mapping[str, str]) -> lis
     return []
 
 
-def load_config(paths: Sequence[Path], env: Mapping[str, str] | None = None) -> Config:
-    """Merge *paths* in order, apply env overrides, validate; raise :class:`ConfigError`."""
+def load_config(root: type[Root], paths: Sequence[Path],
+                env: Mapping[str, str] | None = None) -> Root:
+    """Merge *paths* in order, apply env overrides, validate as a *root*; raise
+    :class:`ConfigError`."""
     env = os.environ if env is None else env
     problems: list[str] = []
     raw: dict[str, Any] = {}
@@ -98,13 +97,14 @@ def load_config(paths: Sequence[Path], env: Mapping[str, str] | None = None) -> 
                 problems.append(f"{name}: malformed variable name")
     if problems:
         raise ConfigError(problems)
-    return config_from_dict(raw)
+    return config_from_dict(root, raw)
 
 
-def config_from_dict(raw: Mapping[str, Any]) -> Config:
-    """Validate already-merged settings (a TOML-shaped mapping); raise :class:`ConfigError`."""
+def config_from_dict(root: type[Root], raw: Mapping[str, Any]) -> Root:
+    """Validate already-merged settings (a TOML-shaped mapping) as a *root*; raise
+    :class:`ConfigError`."""
     try:
-        cfg = _CONVERTER.structure(raw, Config)
+        cfg = _CONVERTER.structure(raw, root)
     except ClassValidationError as exc:
         raise ConfigError(list(_problems(exc, "", raw))) from None
     except RecursionError:  # a table nested past the recursion limit (from the env)
@@ -178,9 +178,10 @@ def _attribute(exc: BaseException) -> str | None:
 def _unknown_keys(exc: ForbiddenExtraKeysError, prefix: str, keys: list[str]
                   ) -> Iterator[str]:
     names = [field.name for field in attrs.fields(exc.cl)]
+    removed: Mapping[str, str] = getattr(exc.cl, "removed_keys", {})
     for key in keys:
-        if f"{prefix}{key}" in REMOVED_KEYS:
-            yield f"{prefix}{key}: {REMOVED_KEYS[prefix + key]}"
+        if key in removed:
+            yield f"{prefix}{key}: {removed[key]}"
             continue
         hint = difflib.get_close_matches(key, names, n=1)
         suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""

@@ -1,11 +1,12 @@
-"""The one walk of the configuration tree, and what is made from it.
+"""What is made from the one walk of the configuration tree: the reference, the redacted print.
 
 >>> [key for key, _, _ in walk(cfg)][:2]
 ['postgres.dsn', 'postgres.statement_timeout']
 
-:func:`walk` yields every setting of an attrs tree — a loaded configuration, or a class
-for its defaults — as (dotted key, field, value). It is the only code that descends the
-tree by hand (the loader lets cattrs descend it): the reference in docs/configuration.md
+:func:`walk` yields every setting of an attrs tree — a loaded configuration, or a root
+class for its defaults — as (dotted key, field, value). With
+:func:`~supervision.tree_walk.sections` it is the only code that descends the tree by
+hand (the loader lets cattrs descend it): the reference in docs/configuration.md
 (:func:`settings_reference`), ``check-config``'s redacted print (:func:`redacted`), a
 reload's changed keys (:func:`supervision.app.reload.reconcile`) and the secrets every log
 line masks (:func:`supervision.secrets.secrets_in`) all read the tree through it.
@@ -19,7 +20,6 @@ from typing import Any
 import attrs
 
 from supervision.config.fields import REQUIRED, is_duration
-from supervision.config.sections import Config
 from supervision.durations import format_duration
 from supervision.secrets import REDACTED, Secret, redact_dsn, redact_url
 from supervision.tree_walk import walk
@@ -60,9 +60,10 @@ class SettingDoc:
     maximum: str = ""  # numeric settings: the largest value accepted
 
 
-def settings_reference(cls: type[Any] = Config) -> list[SettingDoc]:
-    """Every setting with its type, default and doc: docs/configuration.md is made from it."""
-    return [_doc(key, field, default) for key, field, default in walk(cls)]
+def settings_reference(root: type[Any]) -> list[SettingDoc]:
+    """Every setting of the *root* class with its type, default and doc:
+    docs/configuration.md is made from it."""
+    return [_doc(key, field, default) for key, field, default in walk(root)]
 
 
 def _doc(key: str, field: attrs.Attribute[Any], default: Any) -> SettingDoc:
@@ -90,10 +91,10 @@ def _doc(key: str, field: attrs.Attribute[Any], default: Any) -> SettingDoc:
     return SettingDoc(key, kind, shown, field.metadata.get("doc", ""), limit)
 
 
-def reference_markdown() -> str:
-    """The configuration reference table, as it stands in docs/configuration.md."""
+def reference_markdown(root: type[Any]) -> str:
+    """The reference table of the *root* class, as it stands in docs/configuration.md."""
     lines = ["| key | type | default | max | meaning |", "|---|---|---|---|---|"]
-    for row in settings_reference():
+    for row in settings_reference(root):
         limit = f"`{row.maximum}`" if row.maximum else ""
         lines.append(f"| `{row.key}` | {row.type} | `{row.default}` | {limit} | {row.doc} |")
     return "\n".join(lines)

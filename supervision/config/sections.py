@@ -1,31 +1,45 @@
-"""The sections of the runtime and its services: one frozen attrs class per TOML table,
-and the root :class:`Config` that holds them and the jobs' sections (:mod:`.jobs`).
+"""The sections of the runtime and its services: one frozen attrs class per TOML table.
 
->>> Config(postgres=PostgresConfig(dsn=Secret("postgresql://app@127.0.0.1/messenger")))
+>>> PostgresConfig(dsn=Secret("postgresql://app@127.0.0.1/messenger")).statement_timeout
+20.0
 
 Every setting is a field made by :func:`~supervision.config.fields.setting`: its metadata
 carries the documentation, the kind of value (duration) and its checks, so the loader,
-the docs/configuration.md reference and ``check-config`` all come from this one place.
+the docs/configuration.md reference and ``check-config`` all come from this one place. A
+rule across the keys of one section is that section's ``problems(key)``, which the
+generic checks (:mod:`.checks`) call. The jobs' sections live with their jobs
+(``actors/<job>/settings.py``), the root that holds them all in the composition root
+(:mod:`supervision.app.settings`).
 """
 
 from __future__ import annotations
 
 import enum
 import ssl
+from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import attrs
 
 from supervision.config.certificates import (
+    NoPassphrase,
     ca_file,
     key_file_problem,
     media_ca_file,
     no_passphrase,
     readable_file,
+    ssl_reason,
 )
-from supervision.config.console import ConsoleConfig
 from supervision.config.fields import DAY, HOUR, MINUTE, non_negative, one_of, positive, setting
-from supervision.config.jobs import AuditConfig, JobsConfig, OutboxRelayConfig
-from supervision.config.values import bootstrap, dsn, host_port, http_url, tracing_url
+from supervision.config.values import (
+    bootstrap,
+    dsn,
+    host_port,
+    http_url,
+    is_loopback,
+    tracing_url,
+)
+from supervision.durations import format_duration
 from supervision.secrets import Secret
 
 
@@ -60,6 +74,13 @@ class PostgresConfig:
         "rounded up; libpq treats 1 as 2).",
         duration=True, checks=[positive], maximum=2 * MINUTE,
     )
+
+    def problems(self, key: str) -> Iterator[str]:
+        """What is wrong with the section across its keys (*key*: its dotted key)."""
+        if self.lock_timeout > self.statement_timeout:
+            yield (f"{key}.lock_timeout: must be <= statement_timeout "
+                   f"({format_duration(self.statement_timeout)}), got "
+                   f"{format_duration(self.lock_timeout)}")
 
 
 class SecurityProtocol(enum.StrEnum):
@@ -136,6 +157,49 @@ class KafkaConfig:
             keyfile=self.ssl_keyfile or None, password=no_passphrase)
         return context
 
+    def problems(self, key: str) -> Iterator[str]:
+        """The security settings fit the protocol, and the TLS files load."""
+        protocol = self.security_protocol
+        if protocol.uses_sasl:
+            for name in ("sasl_username", "sasl_password"):
+                if not getattr(self, name):
+                    yield f"{key}.{name}: required when security_protocol is {protocol}"
+            if protocol is SecurityProtocol.SASL_PLAINTEXT and \
+                    self.sasl_mechanism is SaslMechanism.PLAIN:
+                # refused whatever the host: "loopback" is only what the bootstrap list
+                # says, the brokers it returns may be anywhere
+                yield (f"{key}.sasl_mechanism: PLAIN over SASL_PLAINTEXT would send the "
+                       "password in clear; use SASL_SSL or SCRAM")
+        else:
+            for name in ("sasl_username", "sasl_password"):
+                if getattr(self, name):
+                    yield (f"{key}.{name}: set, but security_protocol {protocol} does not "
+                           "authenticate (use SASL_SSL or SASL_PLAINTEXT)")
+        files = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+        if not protocol.uses_tls:
+            for name in files:
+                if getattr(self, name):
+                    yield (f"{key}.{name}: set, but security_protocol {protocol} does not "
+                           "use TLS (use SSL or SASL_SSL)")
+            return
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            missing, given = (("ssl_keyfile", "ssl_certfile") if self.ssl_certfile
+                              else ("ssl_certfile", "ssl_keyfile"))
+            yield f"{key}.{missing}: required with {given} (mutual TLS needs both)"
+            return
+        try:
+            ssl.create_default_context(cafile=self.ssl_cafile or None)
+        except (ssl.SSLError, OSError) as exc:
+            yield f"{key}.ssl_cafile: holds no usable CA certificate ({ssl_reason(exc)})"
+            return
+        try:
+            self.ssl_context()
+        except NoPassphrase:
+            yield f"{key}.ssl_keyfile: the key is encrypted; give an unencrypted key"
+        except (ssl.SSLError, OSError) as exc:
+            yield (f"{key}.ssl_certfile: with ssl_keyfile, not a usable certificate and "
+                   f"key ({ssl_reason(exc)})")
+
 
 @attrs.frozen
 class S3Config:
@@ -172,6 +236,21 @@ class S3Config:
         " the worker waits on its sockets with select(), which stops at 1,024 descriptors.",
         checks=[positive], maximum=256)
 
+    def problems(self, key: str) -> Iterator[str]:
+        """Static keys come in pairs; a CA file needs https; a virtual-hosted bucket is
+        a host name label."""
+        if bool(self.access_key_id) != bool(self.secret_access_key):
+            missing = "secret_access_key" if self.access_key_id else "access_key_id"
+            yield (f"{key}.{missing}: must be set together with "
+                   f"{'access_key_id' if self.access_key_id else 'secret_access_key'} (or "
+                   "leave both empty to use the credential chain)")
+        if self.ca_file and not self.endpoint_url.startswith("https://"):
+            yield f"{key}.ca_file: set, but {key}.endpoint_url is not https://"
+        if self.addressing_style == "virtual" and (
+                self.bucket != self.bucket.lower() or "." in self.bucket or "_" in self.bucket):
+            yield (f"{key}.bucket: {self.bucket!r} cannot be a host name label (lower case, "
+                   f"no dots or underscores) with {key}.addressing_style = virtual")
+
 
 @attrs.frozen
 class MediaConfig:
@@ -190,6 +269,13 @@ class MediaConfig:
         2.0, "Timeout of one recorder stop request.", duration=True, checks=[positive],
         maximum=MINUTE,
     )
+
+    def problems(self, key: str) -> Iterator[str]:
+        """A token never crosses the network in clear."""
+        url = urlsplit(self.base_url)
+        if self.token and url.scheme == "http" and not is_loopback(url.hostname or ""):
+            yield (f"{key}.base_url: must be https:// when {key}.token is set (the token "
+                   f"would cross the network in clear text to {url.hostname}), got http://")
 
 
 @attrs.frozen
@@ -230,19 +316,3 @@ class TracingConfig:
         "", "OTLP/HTTP traces endpoint; empty = tracing off. Its query string and "
         "userinfo (an `?api_key=`) are masked in check-config and in every log line.",
         checks=[tracing_url])
-
-
-@attrs.frozen
-class Config:
-    postgres: PostgresConfig
-    kafka: KafkaConfig = attrs.field(factory=KafkaConfig)
-    s3: S3Config = attrs.field(factory=S3Config)
-    media: MediaConfig = attrs.field(factory=MediaConfig)
-    jobs: JobsConfig = attrs.field(factory=JobsConfig)
-    outbox_relay: OutboxRelayConfig = attrs.field(factory=OutboxRelayConfig)
-    audit: AuditConfig = attrs.field(factory=AuditConfig)
-    http: HttpConfig = attrs.field(factory=HttpConfig)
-    logging: LoggingConfig = attrs.field(factory=LoggingConfig)
-    supervision: SupervisionConfig = attrs.field(factory=SupervisionConfig)
-    tracing: TracingConfig = attrs.field(factory=TracingConfig)
-    console: ConsoleConfig = attrs.field(factory=ConsoleConfig)  # `safetynet console`

@@ -17,7 +17,7 @@ import psycopg
 
 from actors.envelope import event_id
 from supervision.app.daemon import run_once
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import KafkaServer, S3Server
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.conftest import make_config

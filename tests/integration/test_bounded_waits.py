@@ -16,7 +16,7 @@ import trio
 
 from actors.leases.lease import LockConnection
 from actors.leases.lock_keeper import CycleContext, LockedJob, serve_lock_keeper
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.database import open_database
 from supervision.errors import DatabaseBusy, InfrastructureError
 from supervision.pgconn import client_deadline, conninfo

@@ -26,7 +26,7 @@ from actors.reaper.recorder_signal import open_media_client
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.runbook import Released, requeue
 from supervision.app.runbook import status as read_status
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.database import Database, open_database
 from supervision.errors import InfrastructureError
 from supervision.shielding import StopGuard, WorkAbandoned, guarded_by

@@ -17,8 +17,8 @@ from aiokafka.helpers import create_ssl_context
 from actors.leases.lock_keeper import CycleContext
 from actors.outbox.relay import run_relay_cycle
 from supervision.app.daemon import open_resources, run_once
+from supervision.app.settings import Config
 from supervision.app.tree import relay_job
-from supervision.config import Config
 from supervision.dev.stack import KafkaServer
 from supervision.errors import ConfigurationFault
 from supervision.health import HEALTH

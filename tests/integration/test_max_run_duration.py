@@ -30,8 +30,8 @@ from actors.leases.lock_keeper import CycleContext
 from actors.reaper.cycle import ReaperCounts, ReaperJob, run_reaper_cycle
 from actors.reaper.recorder_signal import open_media_client
 from supervision.app.daemon import open_resources
+from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
-from supervision.config import Config
 from supervision.database import open_database
 from supervision.dev.stack import S3Server
 from tests.conftest import make_config

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from actors.leases.lock_keeper import CycleContext
 from actors.reaper.cycle import ReaperCounts, ReaperJob, run_reaper_cycle
 from actors.reaper.recorder_signal import open_media_client
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.database import open_database
 from supervision.health import HEALTH
 from tests.conftest import make_config

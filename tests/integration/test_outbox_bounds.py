@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaProducer
 from actors.audit.ledger import read_window
 from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.app.daemon import run_once
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import KafkaServer, S3Server
 from tests.cli import ROOT
 from tests.conftest import make_config

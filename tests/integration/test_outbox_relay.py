@@ -35,8 +35,8 @@ from actors.outbox.retention import apply_retention
 from actors.outbox.rows import Row, parse_row
 from supervision.app import resources
 from supervision.app.daemon import open_resources, run_once
+from supervision.app.settings import Config
 from supervision.app.tree import relay_job, relay_locked_job
-from supervision.config import Config
 from supervision.database import Database
 from supervision.dev.stack import KafkaServer, S3Server
 from supervision.errors import ConfigurationFault, InfrastructureError

@@ -30,7 +30,7 @@ def dsn_user(config: Path) -> str:
     """The role the configuration's DSN logs in as."""
     import psycopg
 
-    from supervision.config import load_config
+    from supervision.app.settings import load_config
 
     with psycopg.connect(load_config([config], {}).postgres.dsn.reveal()) as conn:
         row = conn.execute("SELECT session_user::text").fetchone()

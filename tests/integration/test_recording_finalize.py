@@ -17,7 +17,7 @@ from actors.finalize.cycle import run_finalize_cycle
 from actors.finalize.state import FinalizeCounts
 from actors.leases.lock_keeper import CycleContext, serve_lock_keeper
 from supervision.app.daemon import open_resources
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import S3Server
 from supervision.health import HEALTH
 from tests.conftest import make_config

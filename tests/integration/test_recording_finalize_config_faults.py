@@ -16,7 +16,7 @@ import tomli_w
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import DevStackError, S3Server
 from supervision.health import HEALTH
 from supervision.queries import QUERIES

@@ -20,7 +20,7 @@ from actors.leases.lock_keeper import LockedJob
 from actors.s3.objectstore import Fault, Found, Missing
 from actors.s3.process import open_object_store
 from supervision.app.daemon import run_once
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import S3Server, free_ports
 from supervision.queries import QUERIES
 from tests.conftest import make_config

@@ -21,8 +21,8 @@ from actors.finalize.state import FinalizeCounts
 from actors.leases.lock_keeper import CycleContext
 from actors.s3.process import RESPAWN_INTERVAL, WorkerObjectStore
 from supervision.app.daemon import open_resources
+from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
-from supervision.config import Config
 from supervision.dev.stack import S3Server
 from supervision.health import HEALTH
 from tests.conftest import make_config

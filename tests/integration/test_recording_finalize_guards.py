@@ -15,7 +15,7 @@ import pytest
 from actors.envelope import db_now
 from actors.finalize.gauges import refresh_recording_slo
 from actors.finalize.store import Applied, claim_due, fail_timeout
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import S3Server
 from tests.conftest import make_config
 from tests.integration.test_recording_finalize import counts_of, run_cycle

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from actors.envelope import TOPIC_RECORDING_AVAILABLE
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import DevStackError, S3Server
 from tests.conftest import make_config
 from tests.faults import (

@@ -22,8 +22,8 @@ from actors.finalize.state import FinalizeCounts
 from actors.leases.lock_keeper import CycleContext
 from supervision.app.daemon import open_resources
 from supervision.app.runbook import requeue
+from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
-from supervision.config import Config
 from supervision.dev.stack import S3Server
 from tests.faults import (
     SLOW_DOWN,

@@ -22,7 +22,8 @@ import trio.lowlevel
 from actors.s3.credentials import CredentialSource
 from actors.s3.objectstore import Fault, Found, Transient
 from actors.s3.process import open_object_store
-from supervision.config import Config, S3Config
+from supervision.app.settings import Config
+from supervision.config import S3Config
 from supervision.health import HEALTH
 from supervision.secrets import Secret
 from tests.conftest import make_config

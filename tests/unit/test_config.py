@@ -14,15 +14,13 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 
 from supervision.app.cli import main
+from supervision.app.settings import Config, load_config, reference_markdown
 from supervision.config import (
     EXIT_CONFIG,
-    Config,
     SaslMechanism,
     SecurityProtocol,
     SettingDoc,
-    load_config,
     redacted,
-    reference_markdown,
     settings_reference,
 )
 from supervision.durations import format_duration, parse_duration
@@ -322,7 +320,7 @@ def test_example_files_load_and_production_example_lists_every_key(tmp_path: Pat
     load_config([ROOT / "config" / "production.example.toml"],
                 {**env, "SAFETYNET__KAFKA__SASL_PASSWORD": "pw"})
     text = (ROOT / "config" / "production.example.toml").read_text()
-    for row in settings_reference():
+    for row in settings_reference(Config):
         section, key = row.key.rsplit(".", 1)
         block = text.split(f"[{section}]\n", 1)[1].split("\n[", 1)[0]
         assert re.search(rf"^# .+\n{key} = ", block, re.MULTILINE), row.key
@@ -362,7 +360,7 @@ def test_every_spec_key_is_a_setting() -> None:
     assert set(SPEC_KEYS) <= keys, set(SPEC_KEYS) - keys
 
 
-NUMERIC_SETTINGS = [row for row in settings_reference() if row.type in ("int", "float",
+NUMERIC_SETTINGS = [row for row in settings_reference(Config) if row.type in ("int", "float",
                                                                          "duration")]
 
 

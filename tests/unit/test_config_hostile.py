@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from supervision.app.cli import main
-from supervision.config import load_config, redacted
+from supervision.app.settings import load_config
+from supervision.config import redacted
 from supervision.config.files import MAX_CONFIG_BYTES
 from supervision.errors import ConfigError
 from supervision.secrets import Scrubber, redact_url, secrets_in

@@ -3,25 +3,35 @@ certificate-file policy, and cattrs' errors as one line per problem."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import attrs
 import pytest
 
 from supervision.app.reload import leaves
+from supervision.app.settings import Config, config_from_dict
 from supervision.config import (
-    Config,
     LeasedJob,
-    config_from_dict,
+    PostgresConfig,
+    lock_ttl_setting,
+    max_run_duration_setting,
+    polling_interval_setting,
     redacted,
     settings_reference,
     walk,
 )
+from supervision.config import config_from_dict as generic_config_from_dict
 from supervision.config.checks import leased_jobs
+from supervision.config.fields import setting
 from supervision.errors import ConfigError
 from supervision.secrets import secrets_in
 
 DSN = "postgresql://app:walk-pw@127.0.0.1:5432/messenger"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def problems(raw: dict[str, Any]) -> list[str]:
@@ -47,7 +57,7 @@ def test_one_walk_gives_the_same_keys_to_reference_redaction_and_reload() -> Non
     from_instance = [key for key, _, _ in walk(cfg)]
     assert from_class == from_instance and len(set(from_class)) == len(from_class)
     assert from_class[0] == "postgres.dsn" and "jobs.conference_reaper.lock_ttl" in from_class
-    assert [row.key for row in settings_reference()] == from_class
+    assert [row.key for row in settings_reference(Config)] == from_class
     assert flat(redacted(cfg)) == from_class
     assert [key for key, _ in leaves(cfg)] == from_class
     assert dict(leaves(cfg))["jobs.conference_reaper.lock_ttl"] == 120.0
@@ -70,7 +80,7 @@ def test_both_lease_run_jobs_share_the_leased_block() -> None:
     assert [key for key, _ in leased_jobs(cfg)] == ["jobs.recording_finalize",
                                                     "jobs.conference_reaper"]
     for name in ("polling_interval", "lock_ttl", "max_run_duration"):
-        docs = {row.doc for row in settings_reference()
+        docs = {row.doc for row in settings_reference(Config)
                 if row.key in (f"jobs.recording_finalize.{name}", f"jobs.conference_reaper.{name}")}
         assert len(docs) == 1, name
     assert all(isinstance(job, LeasedJob) for _, job in leased_jobs(cfg))
@@ -118,3 +128,73 @@ def test_a_missing_section_still_names_its_required_setting() -> None:
     with pytest.raises(ConfigError) as info:
         config_from_dict({})
     assert info.value.problems == ["postgres.dsn: required, not set"]
+
+
+LOADED_BY_CONFIG = """
+import sys
+from supervision.app.settings import config_from_dict
+config_from_dict({"postgres": {"dsn": "postgresql://app@127.0.0.1/messenger"}})
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_loading_the_configuration_imports_no_actor_and_no_kafka_client() -> None:
+    """The configuration is loaded and checked (exit 78) before any actor starts: building
+    it imports the jobs' settings modules only, never the relay, aiokafka or trio."""
+    run = subprocess.run([sys.executable, "-c", LOADED_BY_CONFIG], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    loaded = set(run.stdout.split())
+    assert {"actors.finalize.settings", "actors.outbox.settings"} <= loaded
+    assert not loaded & {"aiokafka", "trio", "actors.outbox.relay", "actors.finalize.cycle"}
+    actors = {m for m in loaded if m.startswith("actors.")}
+    assert all(m.count(".") == 1 or m.endswith(".settings") for m in actors), actors
+
+
+@attrs.frozen
+class _Nightly(LeasedJob):
+    polling_interval: float = polling_interval_setting(60.0)
+    lock_ttl: float = lock_ttl_setting(30.0)
+    max_run_duration: float = max_run_duration_setting(10.0)
+    window: float = setting(60.0, "How far back.", duration=True)
+    removed_keys: ClassVar[Mapping[str, str]] = {"depth": "removed: use window"}
+
+    def problems(self, key: str) -> Iterator[str]:
+        if self.window < self.polling_interval:
+            yield f"{key}.window: must be >= polling_interval"
+
+
+@attrs.frozen
+class _Batch:
+    nightly: _Nightly = attrs.field(factory=_Nightly)
+
+
+@attrs.frozen
+class _Root:
+    postgres: PostgresConfig
+    batch: _Batch = attrs.field(factory=_Batch)
+
+
+def test_the_generic_checks_find_a_new_jobs_rules_by_walking_the_tree() -> None:
+    """A root the framework has never seen: its leased job, however deep, gets the lease
+    rule and the PostgreSQL timeouts below its TTL, and its own rules run under its key."""
+    with pytest.raises(ConfigError) as info:
+        generic_config_from_dict(_Root, {
+            "postgres": {"dsn": DSN, "statement_timeout": "30s"},
+            "batch": {"nightly": {"max_run_duration": "30s", "window": "1s"}}})
+    assert info.value.problems == [
+        "batch.nightly.lock_ttl: must be greater than max_run_duration (30s), got 30s",
+        "postgres.statement_timeout: must be below batch.nightly.lock_ttl (30s), got 30s",
+        "batch.nightly.window: must be >= polling_interval",
+    ]
+    assert [key for key, _ in leased_jobs(generic_config_from_dict(
+        _Root, {"postgres": {"dsn": DSN}}))] == ["batch.nightly"]
+
+
+def test_a_removed_key_is_refused_with_the_hint_of_the_section_that_lost_it() -> None:
+    """A section names the keys it once had: one of them is refused with its hint, not as
+    an unknown key; the same name in another section is only unknown."""
+    with pytest.raises(ConfigError) as info:
+        generic_config_from_dict(_Root, {"postgres": {"dsn": DSN, "depth": 1},
+                                         "batch": {"nightly": {"depth": 3}}})
+    assert info.value.problems == ["postgres.depth: unknown key",
+                                   "batch.nightly.depth: removed: use window"]

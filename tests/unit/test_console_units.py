@@ -19,7 +19,7 @@ from supervision.app.console.security import (
     cross_site,
     trusted,
 )
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.passwords import BadHash, hash_password, verify_password
 
 
@@ -130,7 +130,7 @@ def test_daemon_metrics_are_read_into_breaker_faults_and_cycles() -> None:
 def test_trusted_proxies_is_an_array_or_a_comma_separated_environment_value() -> None:
     """console.trusted_proxies takes a TOML array, or (from the environment too) a
     comma-separated string; anything else names the key."""
-    from supervision.config import load_config
+    from supervision.app.settings import load_config
     from supervision.errors import ConfigError
 
     env = {"SAFETYNET__POSTGRES__DSN": "postgresql://a@127.0.0.1/c",

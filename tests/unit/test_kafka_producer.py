@@ -16,7 +16,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from actors.kafka import producer as kafka_producer
 from actors.kafka.producer import Delivery, KafkaProducer, classify, probe_verdict
 from actors.kafka.security import refusal
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from tests.tls_terminator import Pki, make_pki
 
 

@@ -9,7 +9,9 @@
     supervision/       the generic runtime: specs, supervisor, database, config, SQL
 
 Inside ``actors/`` a job never imports another job's package: what two jobs share lives in
-a service package or in the common modules, which import no job.
+a service package or in the common modules, which import no job. Each job's config section
+lives in its ``actors/<job>/settings.py`` (the runtime defines none; the app's
+``supervision/app/settings.py`` gathers them), which imports the config framework only.
 
 Every import (module level or inside a function) is read from the source with ``ast``.
 """
@@ -17,6 +19,7 @@ Every import (module level or inside a function) is read from the source with ``
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -148,6 +151,8 @@ def test_no_module_imports_across_the_floor_plan() -> None:
      "actors.kafka.producer (kafka) imports actors.outbox.rows (outbox)"),
     ("actors.envelope", "from actors.reaper.messages import PHASES",
      "actors.envelope (common) imports actors.reaper.messages (reaper)"),
+    ("actors.audit.settings", "from actors.finalize.settings import RecordingFinalizeConfig",
+     "actors.audit.settings (audit) imports actors.finalize.settings (finalize)"),
     ("bench.scale", "from supervision.dev.stack import _pg_bin_dir",
      "bench.scale imports private supervision.dev.stack._pg_bin_dir"),
     ("supervision.app.console.commands",
@@ -158,6 +163,43 @@ def test_the_layer_check_flags_each_kind_of_violation(
         module: str, source: str, expected: str) -> None:
     """The check above is not vacuous: each forbidden direction is reported."""
     assert violations(module, source) == [expected]
+
+
+JOB_SECTION = re.compile(r"(Finalize|Reaper|OutboxRelay|Audit|Jobs)Config$")
+# what a job's settings module may import: the config framework, never an actor
+SETTINGS_IMPORTS = ("__future__", "collections.abc", "typing", "attrs",
+                    "supervision.config", "supervision.durations")
+
+
+def classes_defined(path: Path) -> list[str]:
+    return [node.name for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef)]
+
+
+def test_no_job_section_is_defined_in_the_runtime() -> None:
+    """Each job's config section lives with its job (``actors/<job>/settings.py``) and the
+    root that gathers them in the app: no runtime module defines one."""
+    runtime = [p for p in (ROOT / "supervision").rglob("*.py")
+               if layer(module_name(p)) == "runtime"]
+    job_sections = {name for job in JOBS
+                    for name in classes_defined(ROOT / "actors" / job / "settings.py")}
+    assert job_sections >= {"RecordingFinalizeConfig", "ConferenceReaperConfig",
+                            "OutboxRelayConfig", "AuditConfig"}
+    found = [f"{module_name(p)}.{name}" for p in runtime for name in classes_defined(p)
+             if name in job_sections or JOB_SECTION.search(name)]
+    assert found == []
+
+
+def test_a_jobs_settings_module_imports_only_the_config_framework() -> None:
+    """Loading the configuration imports each job's settings module and nothing else of
+    the job: a settings module imports attrs, the standard typing helpers and the
+    runtime's config building blocks only."""
+    found = [f"actors.{job}.settings imports {target}" for job in sorted(JOBS)
+             for target, _ in imports((ROOT / "actors" / job / "settings.py").read_text())
+             if not any(target == ok or target.startswith(f"{ok}.") for ok in SETTINGS_IMPORTS)]
+    assert found == []
+    assert all((ROOT / "actors" / job / "__init__.py").read_text().strip() == ""
+               for job in JOBS)
 
 
 def test_the_app_may_import_everything() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from supervision.config import ConfigError, config_from_dict
+from supervision.app.settings import config_from_dict
+from supervision.config import ConfigError
 from supervision.pgconn import client_deadline, conninfo, with_defaults
 
 

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from actors.finalize.evidence import Evidence
+from actors.finalize.settings import RecordingFinalizeConfig
+from actors.reaper.settings import ConferenceReaperConfig
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.app.plan_items import (
     GateView,
@@ -20,7 +22,6 @@ from supervision.app.plan_items import (
     reconcile_item,
     storage_down_item,
 )
-from supervision.config import ConferenceReaperConfig, RecordingFinalizeConfig
 
 RF = RecordingFinalizeConfig(finalize_sla_timeout=1800.0, max_attempts=5)
 CR = ConferenceReaperConfig(empty_room_grace=90.0, provision_timeout=120.0,

@@ -11,7 +11,7 @@ import pytest
 
 from supervision.app.reload import reconcile
 from supervision.app.resources import Resource, check_before_reopen
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.errors import ConfigError
 
 BASE: dict[str, Any] = {"postgres": {"dsn": "postgresql://u:old-pw@db/x?sslmode=verify-full"},

@@ -13,7 +13,8 @@ import trustme
 
 from actors.s3.wire import Credentials
 from actors.s3.worker import list_url, object_url, sign_with
-from supervision.config import S3Config, load_config
+from supervision.app.settings import load_config
+from supervision.config import S3Config
 from supervision.errors import ConfigError
 from supervision.secrets import Secret
 

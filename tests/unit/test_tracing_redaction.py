@@ -10,7 +10,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from supervision.config import config_from_dict
+from supervision.app.settings import config_from_dict
 from supervision.logs import configure_logging
 from supervision.secrets import secrets_in
 

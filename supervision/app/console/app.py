@@ -38,8 +38,8 @@ from supervision.app.console.security import (
     cross_site,
     new_session,
 )
+from supervision.app.settings import Config
 from supervision.app.trail import Actor, Origin, Verb, parse_since, record_action
-from supervision.config import Config
 from supervision.database import Database
 from supervision.durations import parse_duration
 from supervision.errors import SafetynetError

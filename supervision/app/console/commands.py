@@ -10,8 +10,9 @@ from pathlib import Path
 import click
 import psycopg
 
+from supervision.app.settings import Config
 from supervision.app.verbs import fail, load_or_exit, operator_connection
-from supervision.config import EXIT_CONFIG, Config
+from supervision.config import EXIT_CONFIG
 from supervision.errors import describe
 from supervision.terminal import printable
 

@@ -17,13 +17,14 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.audit.invariants import Thresholds, judge_database
+from actors.audit.invariants import judge_database
 from actors.audit.queries import AUDIT_QUERIES
 from actors.finalize.store import stats as finalize_stats
 from supervision.app import runbook
+from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
+from supervision.app.settings import Config
 from supervision.app.trail import Action, history
-from supervision.config import Config
 
 PAGE = 50
 WINDOWS = ("due", "later", "all")  # recordings: due now, rescheduled later, every Pending
@@ -134,7 +135,7 @@ def outbox_row(conn: psycopg.Connection, row_id: int) -> dict[str, Any] | None:
 def audit(conn: psycopg.Connection, cfg: Config) -> list[Any]:
     """The SQL invariants judged now, read-only (``safetynet audit``'s database part)."""
     conn.execute(AUDIT_QUERIES["audit_read_only_transaction"])  # this transaction only: pooled
-    return judge_database(conn, Thresholds.from_config(cfg))
+    return judge_database(conn, audit_thresholds(cfg))
 
 
 def trail(conn: psycopg.Connection, before: int | None, since: dt.datetime | None

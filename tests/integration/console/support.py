@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.dev.stack import free_ports
 from supervision.passwords import hash_password
 from tests.conftest import make_config

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from supervision.app.console.app import build_app
 from supervision.app.console.security import MAX_FAILURES, SESSION_COOKIE, Gate
-from supervision.config import Config
+from supervision.app.settings import Config
 from supervision.database import open_database
 from supervision.metrics import LastCycles
 from supervision.pgconn import conninfo
