@@ -1,8 +1,16 @@
-"""The dev stack tells which of SeaweedFS's ports another process took, from weed's log."""
+"""The dev stack picks listening ports no outgoing connection can take, and tells which of
+SeaweedFS's ports another process took, from weed's log."""
 
 from __future__ import annotations
 
-from supervision.dev.stack import taken_port_flag
+import itertools
+import random
+import socket
+
+import pytest
+
+from supervision.dev import stack
+from supervision.dev.stack import LISTEN_PORTS_FROM, ephemeral_ports, free_ports, taken_port_flag
 
 PORTS = {"master.port": 40001, "filer.port": 40002, "s3.port": 41007}
 
@@ -27,3 +35,45 @@ def test_any_other_start_up_failure_is_not_a_taken_port() -> None:
     assert taken_port_flag("F1201 volume.go:9 disk full", PORTS) is None
     assert taken_port_flag("listen tcp 127.0.0.1:9: bind: address already in use",
                            PORTS) is None
+
+
+def test_picked_ports_are_free_distinct_and_below_the_ephemeral_range() -> None:
+    """Listening ports come from below the kernel's range of outgoing local ports (an
+    outgoing connection once took a stopped PostgreSQL's port before its restart): each
+    is distinct and can be bound."""
+    ephemeral = ephemeral_ports()
+    ports = free_ports(12)
+    assert len(set(ports)) == 12
+    assert all(LISTEN_PORTS_FROM <= port < ephemeral.start for port in ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_paired_port_is_free_and_below_the_range_too() -> None:
+    """weed's admin port: admin + 10000 (its gRPC port) is also free and not ephemeral."""
+    for _ in range(20):
+        (admin,) = free_ports(1, paired_at=10000)
+        assert admin + 10000 < ephemeral_ports().start
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", admin + 10000))
+
+
+def test_a_taken_port_is_never_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port something listens on is skipped, however often the draw lands on it."""
+    real_draw = random.Random(7).randrange
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        taken = squatter.getsockname()[1]
+        squatter.listen()
+        draws = itertools.chain([taken] * 5, iter(lambda: real_draw(10000, 61000), None))
+        drawn: list[int] = []
+
+        def draw(*_: int) -> int:
+            drawn.append(next(draws))
+            return drawn[-1]
+
+        monkeypatch.setattr("supervision.dev.stack.random.randrange", draw)
+        monkeypatch.setattr(stack, "ephemeral_ports", lambda: range(61000, 61001))
+        (port,) = free_ports(1)
+    assert drawn[:5] == [taken] * 5 and port != taken and port == drawn[-1]
