@@ -20,8 +20,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import attrs
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from supervision.tree_walk import walk
 
@@ -74,6 +72,9 @@ def is_sensitive_key(key: str) -> bool:
 
 def parse_dsn(dsn: str) -> dict[str, Any]:
     """*dsn* as libpq reads it; :class:`InvalidDsn` (with a safe message) if it cannot."""
+    import psycopg  # here, not at import: the S3 worker process uses Secret, not psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
         return conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
@@ -93,6 +94,8 @@ def redact_dsn(dsn: str) -> str:
         params = parse_dsn(dsn)
     except InvalidDsn:
         return REDACTED
+    from psycopg.conninfo import make_conninfo
+
     return make_conninfo("", **{key: REDACTED if is_sensitive_key(key) else value
                                 for key, value in params.items()})
 

@@ -17,14 +17,16 @@ class. Pure functions and a line splitter: unit-tested without processes.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
-from supervision.config import S3Config
 from supervision.errors import WireError
 from supervision.secrets import Secret
+
+if TYPE_CHECKING:  # the worker process never imports the configuration (nor psycopg)
+    from supervision.config import S3Config
 
 OP_OBJECT, OP_BUCKET, OP_CANARY, OP_LIST = "object", "bucket", "canary", "list"
 OPERATIONS = (OP_OBJECT, OP_BUCKET, OP_CANARY, OP_LIST)
@@ -48,11 +50,30 @@ class Credentials:
 
 
 @attrs.frozen
-class Settings:
-    """What the worker is started with: the S3 settings (their static key fields empty:
-    the keys travel as :attr:`credentials`) and the credentials, None = unsigned."""
+class Bucket:
+    """What the worker is told of ``[s3]``: where the bucket is and how to talk to it. The
+    static keys are not here: they travel as :attr:`Settings.credentials`."""
 
-    s3: S3Config
+    endpoint_url: str
+    region: str
+    bucket: str
+    key_prefix: str
+    timeout: float
+    concurrency: int
+    addressing_style: str
+    ca_file: str
+
+    @classmethod
+    def of(cls, cfg: S3Config) -> Bucket:
+        return cls(cfg.endpoint_url, cfg.region, cfg.bucket, cfg.key_prefix, cfg.timeout,
+                   cfg.concurrency, cfg.addressing_style, cfg.ca_file)
+
+
+@attrs.frozen
+class Settings:
+    """What the worker is started with: the bucket and the credentials, None = unsigned."""
+
+    s3: Bucket
     credentials: Credentials | None
 
 
@@ -69,20 +90,15 @@ def _credentials_from(fields: Any) -> Credentials:
 
 
 def encode_settings(cfg: S3Config, credentials: Credentials | None) -> bytes:
-    fields = {
-        "endpoint_url": cfg.endpoint_url, "region": cfg.region, "bucket": cfg.bucket,
-        "key_prefix": cfg.key_prefix, "timeout": cfg.timeout,
-        "concurrency": cfg.concurrency, "addressing_style": cfg.addressing_style,
-        "ca_file": cfg.ca_file,
-        "credentials": None if credentials is None else _credential_fields(credentials),
-    }
+    fields: dict[str, Any] = attrs.asdict(Bucket.of(cfg))
+    fields["credentials"] = None if credentials is None else _credential_fields(credentials)
     return _line(fields)
 
 
 def decode_settings(line: bytes) -> Settings:
     try:
         fields = json.loads(line)
-        s3 = S3Config(
+        s3 = Bucket(
             endpoint_url=str(fields["endpoint_url"]), region=str(fields["region"]),
             bucket=str(fields["bucket"]), key_prefix=str(fields["key_prefix"]),
             timeout=float(fields["timeout"]), concurrency=int(fields["concurrency"]),

@@ -43,6 +43,7 @@ import resource
 import select
 import sys
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import attrs
@@ -68,6 +69,7 @@ from actors.s3.wire import (
     OP_CANARY,
     OP_LIST,
     OP_OBJECT,
+    Bucket,
     Credentials,
     LineSplitter,
     Settings,
@@ -75,7 +77,9 @@ from actors.s3.wire import (
     decode_settings,
     encode_answer,
 )
-from supervision.config import S3Config
+
+if TYPE_CHECKING:  # the worker never imports the configuration (nor psycopg)
+    from supervision.config import S3Config
 
 READ_SIZE = 64 * 1024
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
@@ -177,7 +181,7 @@ class _Request:
         return Transient(f"response_unreadable:{reason}")
 
 
-def object_url(cfg: S3Config, key: str) -> str:
+def object_url(cfg: Bucket | S3Config, key: str) -> str:
     """The URL of *key* (``""``: the bucket) in ``cfg.bucket``: path style puts the bucket
     in the path, virtual-hosted style in front of the endpoint's host name."""
     parts = urlsplit(cfg.endpoint_url)
@@ -191,7 +195,7 @@ def object_url(cfg: S3Config, key: str) -> str:
     return urlunsplit((parts.scheme, host, path, "", ""))
 
 
-def list_url(cfg: S3Config) -> str:
+def list_url(cfg: Bucket | S3Config) -> str:
     """ListObjectsV2 of the keys directly under ``cfg.key_prefix`` (at most
     :data:`LIST_MAX_KEYS`), parameters in the canonical (sorted) order SigV4 signs."""
     query = (f"delimiter=%2F&list-type=2&max-keys={LIST_MAX_KEYS}"

@@ -230,3 +230,13 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_the_worker_process_imports_neither_the_configuration_nor_psycopg() -> None:
+    """A worker starts per store and per respawn: it loads pycurl and the line protocol,
+    not the daemon's configuration package or psycopg (a third of a second of CPU each)."""
+    probe = ("import sys, actors.s3.worker; print(sorted(m for m in sys.modules"
+             " if m.split('.')[0] in ('psycopg', 'trio') or m.startswith('supervision.config')))")
+    out = subprocess.run([sys.executable, "-P", "-s", "-c", probe], capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).parents[2]).stdout
+    assert out.strip() == "[]"
