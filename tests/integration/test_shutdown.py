@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server
+from supervision.dev.stack import S3Server, free_ports
 from tests.logscan import KNOWN_SECRETS, leaks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +57,9 @@ def write_config(path: Path, dsn: str, s3: S3Server, bucket: str, only_finalize:
         "outbox_relay": {"enabled": not only_finalize},
         "supervision": {"shutdown_grace": "5s", "max_restarts": 2, "restart_window": "60s"},
         "logging": {"format": "json"},
+        # a port of its own: under pytest-xdist another worker's daemon may hold the
+        # default one, and this daemon would give up before its first cycle
+        "http": {"listen": f"127.0.0.1:{free_ports(1)[0]}"},
     }))
     return path
 
@@ -75,10 +78,15 @@ def scalar(dsn: str, query: str) -> int:
         return int(row[0])
 
 
-def wait_for(dsn: str, query: str, at_least: int, limit_s: float = 60) -> None:
+def log_tail(log: Path | None) -> str:
+    return f"; the daemon's log ends:\n{log.read_text()[-3000:]}" if log else ""
+
+
+def wait_for(dsn: str, query: str, at_least: int, limit_s: float = 60,
+             log: Path | None = None) -> None:
     deadline = time.monotonic() + limit_s
     while scalar(dsn, query) < at_least:
-        assert time.monotonic() < deadline, f"timed out waiting for {query}"
+        assert time.monotonic() < deadline, f"timed out waiting for {query}{log_tail(log)}"
         time.sleep(0.05)
 
 
@@ -111,7 +119,7 @@ def test_sigterm_mid_cycle_exits_0_within_grace_with_nothing_half_done(
     log = tmp_path / "daemon.log"
     proc = start_daemon(write_config(tmp_path / "c.toml", db_dsn, s3_server, bucket), log)
     try:
-        wait_for(db_dsn, DONE, 100)
+        wait_for(db_dsn, DONE, 100, log=log)
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         code = proc.wait(timeout=15)
@@ -146,7 +154,7 @@ def test_second_sigterm_stops_at_once_and_still_leaves_nothing_half_done(
         proc = start_daemon(config, log)
         try:
             wait_for(db_dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type ="
-                             " 'Lock' AND query LIKE '%call_recordings%'", 1)
+                             " 'Lock' AND query LIKE '%call_recordings%'", 1, log=log)
             proc.send_signal(signal.SIGTERM)
             with pytest.raises(subprocess.TimeoutExpired):
                 proc.wait(timeout=1.0)  # in-flight rows hold the graceful stop
