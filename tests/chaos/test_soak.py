@@ -8,7 +8,10 @@ SLO ones, which a 0 s SLA under faults breaks on purpose) and export 0 for every
 once settled, and ``safetynet audit --kafka`` with no age bounds exits 0 with no violation.
 
 ``SAFETYNET_SOAK_SEED`` (default 1) and ``SAFETYNET_SOAK_SECONDS`` (default 60) pick the
-run; the figures go to ``build/reliability/soak-seed<N>.json``.
+run; the rows scale with the seconds, so a shorter soak keeps the same rates (50
+recordings and 8.3 conferences falling due a second, a fault every 0.5 to 2 s): ``make test``
+runs 30 s, ``make reliability-report`` the full 60 s. The figures go to
+``build/reliability/soak-seed<N>.json``.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.chaos
 
-RECORDINGS = 3000
+RECORDINGS = 3000  # over the default 60 s; a shorter soak gets its share
 CONFERENCES = 500
+DEFAULT_SECONDS = 60.0
 # The SLO invariants measure lateness: with the soak's SLA of 0 s a row is "past the SLO"
 # one poll interval after it falls due, which the faults make happen on purpose. The live
 # auditor may report them during the faults; every other invariant, never.
@@ -58,12 +62,14 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
                             tmp_path: Path) -> None:
     test_began = time.monotonic()
     soak_seed = int(os.environ.get("SAFETYNET_SOAK_SEED", "1"))
-    seconds = float(os.environ.get("SAFETYNET_SOAK_SECONDS", "60"))
+    seconds = float(os.environ.get("SAFETYNET_SOAK_SECONDS", DEFAULT_SECONDS))
+    recordings = round(RECORDINGS * seconds / DEFAULT_SECONDS)
+    conferences = round(CONFERENCES * seconds / DEFAULT_SECONDS)
     rng = random.Random(soak_seed)
     run.name = f"soak-seed{soak_seed}"
     kafka = kafka_via_proxy
-    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=RECORDINGS,
-                        conferences=CONFERENCES, deals=50, spread_s=seconds * 0.8,
+    run.uploaded = seed(run.dsn, s3_server, bucket, recordings=recordings,
+                        conferences=conferences, deals=50, spread_s=seconds * 0.8,
                         conference_spread_s=seconds * 0.8)
     run.begin_kafka(kafka.bootstrap)
     run.started = time.monotonic()
@@ -146,7 +152,7 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
     settle_s = wait_settled(run.dsn, relay=True, limit_s=240, daemons=daemons)
     violations = run.verify(
         title=f"Soak, seed {soak_seed}",
-        proves=f"{RECORDINGS} recordings and {CONFERENCES} conferences falling due over"
+        proves=f"{recordings} recordings and {conferences} conferences falling due over"
                f" {seconds:.0f} s under random S3/Kafka/PostgreSQL/process faults:"
                " nothing lost, nothing duplicated, no wrong verdict, bounded",
         extra_invariants={"logged_twice": logged_twice(daemons)},
