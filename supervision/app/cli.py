@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import psycopg
 import tomli_w
 
 from supervision.app.settings import load_config
@@ -160,6 +159,7 @@ def run(config_files: tuple[Path, ...]) -> None:
 @_config_option
 def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
     """Run one full cycle of JOB, print its counts as one JSON line, exit."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
     import trio
 
     from supervision.app.daemon import run_once as run_one_cycle
@@ -211,6 +211,8 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> str:
 @_config_option
 def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Backlogs, oldest ages, quarantine and SLO verdicts; exit 2 when an SLO is violated."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app.runbook import status as read_status
 
     cfg = load_or_exit(config_files)
@@ -350,6 +352,8 @@ def release(ids: tuple[str, ...], all_poisoned: bool, reason: str | None,
 def _requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
              reason: str | None, actor: str | None, config_files: tuple[Path, ...],
              verb: str) -> None:
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.runbook import Released, UnknownIds
     from supervision.app.trail import Actor, Verb
@@ -395,6 +399,8 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
     """The outbox's dead letters, newest first (whether each still blocks its key); with
     --purge, delete the old ones (recorded in the trail). `safetynet replay ID` puts one
     back on the relay's path."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.runbook import dead_letters as list_dead_letters
     from supervision.app.trail import Actor
@@ -443,6 +449,8 @@ def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
     path: published again in id order, before the later rows of their key (a key it
     blocked is released). --reason is required. Unknown ids: exit 2 and nothing changes
     (the refusal is recorded)."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.runbook import UnknownIds
     from supervision.app.trail import Actor
@@ -476,6 +484,8 @@ def pause(job: Job, for_: str | None, reason: str | None, actor: str | None,
           config_files: tuple[Path, ...]) -> None:
     """Pause JOB on every replica: from its next cycle start no replica takes its lease or
     runs it (a cycle already running finishes), until `safetynet resume` (or --for)."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.trail import Actor
     from supervision.durations import parse_duration
@@ -503,6 +513,8 @@ def pause(job: Job, for_: str | None, reason: str | None, actor: str | None,
 def resume(job: Job, reason: str | None, actor: str | None,
            config_files: tuple[Path, ...]) -> None:
     """Resume a paused JOB: every replica runs it again from its next tick."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.trail import Actor
 
@@ -530,6 +542,8 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
     """Accept Missing verdicts (Failed/Timeout) under s3.bucket/s3.key_prefix without
     evidence, for a while: when the incident is genuine and nothing shows it (runbook
     RecordingFinalizeVerdictsWithheld). Recorded in the operator trail."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.trail import Actor
     from supervision.durations import parse_duration
@@ -567,6 +581,7 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
 @_config_option
 def plan(job: Job, limit: int, as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Dry run: what the next cycle of JOB would do per row, and why. Changes nothing."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
     import trio
 
     from supervision.app.plan import plan as make_plan
