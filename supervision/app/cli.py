@@ -133,11 +133,13 @@ def check_schema(config_files: tuple[Path, ...]) -> None:
 def run(config_files: tuple[Path, ...]) -> None:
     """Run the daemon: the whole supervised tree until SIGTERM/SIGINT; SIGHUP re-reads the
     configuration files."""
+    cfg = load_or_exit(config_files)
+    # the daemon's modules load once the configuration is known good: an invalid file
+    # exits 78 without paying their import (a deploy hook's, a crash loop's)
     import trio
 
     from supervision.app.daemon import run_daemon
 
-    cfg = load_or_exit(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     paths = config_paths(config_files, os.environ)
     # what is imported and loaded by now lives as long as the process: out of the
@@ -159,12 +161,12 @@ def run(config_files: tuple[Path, ...]) -> None:
 @_config_option
 def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
     """Run one full cycle of JOB, print its counts as one JSON line, exit."""
-    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+    cfg = load_or_exit(config_files)
+    import psycopg  # after the configuration, as for run
     import trio
 
     from supervision.app.daemon import run_once as run_one_cycle
 
-    cfg = load_or_exit(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
     counts: dict[str, object] = {}
@@ -581,12 +583,12 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
 @_config_option
 def plan(job: Job, limit: int, as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Dry run: what the next cycle of JOB would do per row, and why. Changes nothing."""
-    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+    cfg = load_or_exit(config_files)
+    import psycopg  # after the configuration, as for run
     import trio
 
     from supervision.app.plan import plan as make_plan
 
-    cfg = load_or_exit(config_files)
     try:
         items = trio.run(make_plan, cfg, job, limit)
     except psycopg.Error as exc:
