@@ -26,7 +26,6 @@ from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG, config_paths, redacted
 from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.jobs import Job
-from supervision.logs import configure_logging
 from supervision.secrets import secrets_in
 from supervision.terminal import cell, printable
 
@@ -79,10 +78,11 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
             messenger_fixture: bool, grant_to: str | None) -> None:
     """Create or update the safetynet schema and its indexes on the messenger's tables
     (online: CONCURRENTLY, short lock_timeout, retried); never a messenger table."""
+    cfg = load_or_exit(config_files)
     from supervision import migrate as m
+    from supervision.logs import configure_logging  # structlog: only the verbs that log
     from supervision.pgconn import conninfo
 
-    cfg = load_or_exit(config_files)
     # stderr: a lock_timeout retry (stamina's retry_scheduled) is logged, stdout stays the
     # list of steps (or the --print-sql script)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
@@ -139,6 +139,7 @@ def run(config_files: tuple[Path, ...]) -> None:
     import trio
 
     from supervision.app.daemon import run_daemon
+    from supervision.logs import configure_logging
 
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     paths = config_paths(config_files, os.environ)
@@ -166,6 +167,7 @@ def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
     import trio
 
     from supervision.app.daemon import run_once as run_one_cycle
+    from supervision.logs import configure_logging
 
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
