@@ -92,3 +92,13 @@ def test_tracing_on_and_the_credential_chain_do_load_their_libraries(tmp_path: P
             "assert resolve_chain(S3Config()) is None\n")
     loaded = _loaded(body, tmp_path)
     assert {"opentelemetry.sdk", "botocore"} <= set(loaded)
+
+
+def test_check_config_of_a_plaintext_kafka_config_loads_no_kafka_client(tmp_path: Path) -> None:
+    """check-config parses the DSN with psycopg, but builds no Kafka TLS context for a
+    PLAINTEXT cluster, so aiokafka stays unloaded (as do the daemon's modules)."""
+    body = ("import os\n"
+            "os.environ['SAFETYNET__POSTGRES__DSN'] = 'postgresql://u:p@localhost/x'\n"
+            "os.environ['SAFETYNET__KAFKA__SECURITY_PROTOCOL'] = 'PLAINTEXT'\n"
+            + _invoke(["check-config"], 0))
+    assert _loaded(body, tmp_path) == ["psycopg"]
