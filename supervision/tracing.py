@@ -14,19 +14,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
 
 from supervision.config import TracingConfig
+
+if TYPE_CHECKING:  # the SDK loads in configure_tracing, when an endpoint asks for it
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 _tracer: trace.Tracer = trace.get_tracer("safetynet")
 SHUTDOWN_TIMEOUT = 5.0  # bound of the last export when tracing closes
@@ -43,6 +40,11 @@ def configure_tracing(cfg: TracingConfig, exporter: SpanExporter | None = None
     global _configured, _tracer
     if exporter is None and not cfg.endpoint:
         return None
+    # the SDK (~35 ms of imports) loads only when tracing is on: not for every verb's start
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
     provider = TracerProvider(resource=Resource.create({"service.name": "safetynet"}))
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

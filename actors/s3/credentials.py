@@ -34,12 +34,9 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import botocore.credentials
-import botocore.exceptions
-import botocore.session
 
 from actors.s3.objectstore import Fault, Transient
 from actors.s3.wire import Credentials
@@ -48,13 +45,11 @@ from supervision.config import S3Config
 from supervision.errors import InfrastructureError
 from supervision.secrets import Secret
 
-# botocore exceptions that mean the credential settings themselves are wrong
-_PERMANENT = (
-    botocore.exceptions.ProfileNotFound,
-    botocore.exceptions.PartialCredentialsError,
-    botocore.exceptions.InvalidConfigError,
-    botocore.exceptions.UnknownCredentialError,
-)
+if TYPE_CHECKING:
+    import botocore.credentials
+
+# botocore (~60-90 ms of imports) loads only when its chain is asked (no static keys) or
+# one of its failures is classified: a daemon with static keys never imports it
 
 
 class CredentialsUnavailable(InfrastructureError):
@@ -66,19 +61,42 @@ class CredentialsUnavailable(InfrastructureError):
         self.repeated = repeated  # the last failure again, within its back-off: not news
 
 
-def resolve_chain(cfg: S3Config) -> botocore.credentials.Credentials | None:
+@attrs.frozen
+class StaticKeys:
+    """The config's own key pair: never refreshed, so they are their own frozen copy (the
+    one method of botocore's credentials :meth:`CredentialSource.current` calls)."""
+
+    access_key: str = attrs.field(repr=False)
+    secret_key: str = attrs.field(repr=False)
+    token: str | None = None
+
+    def get_frozen_credentials(self) -> StaticKeys:
+        return self
+
+
+def resolve_chain(cfg: S3Config) -> StaticKeys | botocore.credentials.Credentials | None:
     """The static keys of *cfg*, else what botocore's default chain finds (None: none)."""
     if cfg.access_key_id and cfg.secret_access_key:
-        return botocore.credentials.Credentials(
-            cfg.access_key_id.reveal(), cfg.secret_access_key.reveal(), method="config")
+        return StaticKeys(cfg.access_key_id.reveal(), cfg.secret_access_key.reveal())
+    import botocore.session  # the chain only: see the imports
+
     session = botocore.session.Session(profile=cfg.profile or None)
     return session.get_credentials()
 
 
 def classify_failure(exc: Exception) -> Fault | Transient:
     """The outcome a credentials failure gives the HEADs it blocks."""
+    import botocore.exceptions  # a failure to classify: see the imports
+
+    # botocore exceptions that mean the credential settings themselves are wrong
+    permanent = (
+        botocore.exceptions.ProfileNotFound,
+        botocore.exceptions.PartialCredentialsError,
+        botocore.exceptions.InvalidConfigError,
+        botocore.exceptions.UnknownCredentialError,
+    )
     name = type(exc).__name__
-    if isinstance(exc, _PERMANENT):
+    if isinstance(exc, permanent):
         return Fault(f"credentials_invalid:{name}")
     if isinstance(exc, botocore.exceptions.ClientError):
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
@@ -159,6 +177,10 @@ class CredentialSource:
     @property
     def refreshable(self) -> bool:
         """True when the keys expire and botocore renews them (checked after resolving)."""
+        if self._resolved is None or isinstance(self._resolved, StaticKeys):
+            return False
+        import botocore.credentials  # loaded already: the chain resolved these keys
+
         return isinstance(self._resolved, botocore.credentials.RefreshableCredentials)
 
 

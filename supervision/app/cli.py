@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import psycopg
 import tomli_w
 
 from supervision.app.settings import load_config
@@ -27,7 +26,6 @@ from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG, config_paths, redacted
 from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.jobs import Job
-from supervision.logs import configure_logging
 from supervision.secrets import secrets_in
 from supervision.terminal import cell, printable
 
@@ -80,10 +78,11 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
             messenger_fixture: bool, grant_to: str | None) -> None:
     """Create or update the safetynet schema and its indexes on the messenger's tables
     (online: CONCURRENTLY, short lock_timeout, retried); never a messenger table."""
+    cfg = load_or_exit(config_files)
     from supervision import migrate as m
+    from supervision.logs import configure_logging  # structlog: only the verbs that log
     from supervision.pgconn import conninfo
 
-    cfg = load_or_exit(config_files)
     # stderr: a lock_timeout retry (stamina's retry_scheduled) is logged, stdout stays the
     # list of steps (or the --print-sql script)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
@@ -134,11 +133,14 @@ def check_schema(config_files: tuple[Path, ...]) -> None:
 def run(config_files: tuple[Path, ...]) -> None:
     """Run the daemon: the whole supervised tree until SIGTERM/SIGINT; SIGHUP re-reads the
     configuration files."""
+    cfg = load_or_exit(config_files)
+    # the daemon's modules load once the configuration is known good: an invalid file
+    # exits 78 without paying their import (a deploy hook's, a crash loop's)
     import trio
 
     from supervision.app.daemon import run_daemon
+    from supervision.logs import configure_logging
 
-    cfg = load_or_exit(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     paths = config_paths(config_files, os.environ)
     # what is imported and loaded by now lives as long as the process: out of the
@@ -160,11 +162,13 @@ def run(config_files: tuple[Path, ...]) -> None:
 @_config_option
 def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
     """Run one full cycle of JOB, print its counts as one JSON line, exit."""
+    cfg = load_or_exit(config_files)
+    import psycopg  # after the configuration, as for run
     import trio
 
     from supervision.app.daemon import run_once as run_one_cycle
+    from supervision.logs import configure_logging
 
-    cfg = load_or_exit(config_files)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     failure: str | None = None
     counts: dict[str, object] = {}
@@ -211,6 +215,8 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> str:
 @_config_option
 def status(as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Backlogs, oldest ages, quarantine and SLO verdicts; exit 2 when an SLO is violated."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app.runbook import status as read_status
 
     cfg = load_or_exit(config_files)
@@ -350,6 +356,8 @@ def release(ids: tuple[str, ...], all_poisoned: bool, reason: str | None,
 def _requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
              reason: str | None, actor: str | None, config_files: tuple[Path, ...],
              verb: str) -> None:
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.runbook import Released, UnknownIds
     from supervision.app.trail import Actor, Verb
@@ -395,6 +403,8 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
     """The outbox's dead letters, newest first (whether each still blocks its key); with
     --purge, delete the old ones (recorded in the trail). `safetynet replay ID` puts one
     back on the relay's path."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.runbook import dead_letters as list_dead_letters
     from supervision.app.trail import Actor
@@ -443,6 +453,8 @@ def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
     path: published again in id order, before the later rows of their key (a key it
     blocked is released). --reason is required. Unknown ids: exit 2 and nothing changes
     (the refusal is recorded)."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.runbook import UnknownIds
     from supervision.app.trail import Actor
@@ -476,6 +488,8 @@ def pause(job: Job, for_: str | None, reason: str | None, actor: str | None,
           config_files: tuple[Path, ...]) -> None:
     """Pause JOB on every replica: from its next cycle start no replica takes its lease or
     runs it (a cycle already running finishes), until `safetynet resume` (or --for)."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.trail import Actor
     from supervision.durations import parse_duration
@@ -503,6 +517,8 @@ def pause(job: Job, for_: str | None, reason: str | None, actor: str | None,
 def resume(job: Job, reason: str | None, actor: str | None,
            config_files: tuple[Path, ...]) -> None:
     """Resume a paused JOB: every replica runs it again from its next tick."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.trail import Actor
 
@@ -530,6 +546,8 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
     """Accept Missing verdicts (Failed/Timeout) under s3.bucket/s3.key_prefix without
     evidence, for a while: when the incident is genuine and nothing shows it (runbook
     RecordingFinalizeVerdictsWithheld). Recorded in the operator trail."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app import actions
     from supervision.app.trail import Actor
     from supervision.durations import parse_duration
@@ -567,11 +585,12 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
 @_config_option
 def plan(job: Job, limit: int, as_json: bool, config_files: tuple[Path, ...]) -> None:
     """Dry run: what the next cycle of JOB would do per row, and why. Changes nothing."""
+    cfg = load_or_exit(config_files)
+    import psycopg  # after the configuration, as for run
     import trio
 
     from supervision.app.plan import plan as make_plan
 
-    cfg = load_or_exit(config_files)
     try:
         items = trio.run(make_plan, cfg, job, limit)
     except psycopg.Error as exc:

@@ -11,16 +11,17 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
-import psycopg
 
 from supervision.app.settings import Config, load_config
 from supervision.config import EXIT_CONFIG, config_paths
 from supervision.errors import ConfigError
-from supervision.pgconn import client_deadline, connect, conninfo
 from supervision.secrets import Scrubber, secrets_in
+
+if TYPE_CHECKING:
+    import psycopg
 
 EXIT_INFRA = 1
 
@@ -46,4 +47,7 @@ def operator_connection(cfg: Config) -> psycopg.Connection:
     """An operator verb's connection, with the daemon's session settings (its statement
     and lock timeouts, search_path pinned: supervision.pgconn) and its client deadline:
     no verb waits on the database for longer than the daemon would."""
+    # psycopg loads here, not at import: --help needs no driver
+    from supervision.pgconn import client_deadline, connect, conninfo
+
     return connect(conninfo(cfg.postgres, "safetynet-cli"), client_deadline(cfg.postgres))

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import click
-import psycopg
 
 from supervision.app.settings import Config
 from supervision.app.verbs import fail, load_or_exit, operator_connection
@@ -108,6 +107,8 @@ def history(as_json: bool, since: str | None, limit: int,
             config_files: tuple[Path, ...]) -> None:
     """The operator trail, newest first: who did what, from where (cli or console), to
     which ids, why, and the result."""
+    import psycopg  # the driver loads with the verbs that reach the database, not for --help
+
     from supervision.app.trail import history as read_history
     from supervision.app.trail import parse_since
 
