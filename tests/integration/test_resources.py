@@ -10,6 +10,9 @@ from supervision.app.resources import open_resource_set
 from supervision.database import pipelined
 from tests.conftest import make_config
 
+# an observation window: nothing may close the pool while the shielded work runs this long
+UNWINDING_S = 0.2
+
 
 @pipelined
 def select_one(conn: psycopg.Connection) -> int:
@@ -34,7 +37,7 @@ async def test_an_outer_cancel_closes_the_pool_only_after_the_body_has_unwound(
                 await trio.sleep_forever()
             finally:
                 with trio.CancelScope(shield=True):  # as a must-complete commit does
-                    await trio.sleep(0.2)  # the holders have seen the cancellation by now
+                    await trio.sleep(UNWINDING_S)  # the holders have seen the cancel by now
                     answers.append(await db.atomic(select_one))
     assert deadline.cancelled_caught
     assert answers == [1, 1]
