@@ -22,9 +22,7 @@ CA bundle replaced by garbage between that check and the opening raises
 would at start.)
 
 What cancellation does: leaving :func:`open_resource_set` closes every open resource in
-reverse order, shielded (each closer bounds itself), and only then: a cancellation from
-outside does not reach the holders, so the work inside the set unwinds (its shielded
-commits included) with every resource still open. A cancelled
+reverse order, shielded (each closer bounds itself); a cancelled
 :meth:`ResourceSet.apply` leaves what it already opened in the set, which closes it on
 exit.
 """
@@ -143,11 +141,7 @@ class ResourceSet:
             async with AsyncExitStack() as stack:
                 await self._open(resource, holding.cfg, stack)
                 task_status.started()
-                # closed when released, never by a cancellation reaching the holder: the
-                # work using the resource may still be unwinding (a shielded commit), and
-                # leaving open_resource_set releases every holder once that work is done
-                with trio.CancelScope(shield=True):
-                    await holding.release.wait()
+                await holding.release.wait()
         finally:
             holding.closed.set()
 
