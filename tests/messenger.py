@@ -313,3 +313,11 @@ def conference_statuses(conn: psycopg.Connection) -> dict[str, tuple[str, str | 
     """(status, end_reason) of every conference, by id."""
     rows = fetch(conn, "SELECT id, status, end_reason FROM messenger.conference_sessions")
     return {str(r["id"]): (r["status"], r["end_reason"]) for r in rows}
+
+
+def skip_backoff(dsn: str) -> None:
+    """The back-off has elapsed: every Pending finalize row is due now (the state a cycle
+    waits for, set directly instead of sleeping it out)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("UPDATE messenger.recording_finalize_attempts SET next_attempt_at = now()"
+                  " WHERE status = 'Pending' AND next_attempt_at > now()")

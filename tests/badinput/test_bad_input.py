@@ -19,7 +19,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import tomli_w
 import trio
@@ -34,6 +33,7 @@ from tests.badinput.report import ROOT, record
 from tests.badinput.world import Planted, World, cycle
 from tests.chaos.checker import state_digest
 from tests.faults import refuse_batches_over
+from tests.messenger import skip_backoff
 
 # Observation windows, not waits for a state (a bound on what a daemon logs, a burst that
 # must go on for a while, can only be checked over some time):
@@ -94,14 +94,6 @@ def run_refused(world: World, planted: Planted, tmp_path: Path) -> str:
     lines = proc.stderr.splitlines()
     assert (proc.returncode, len(lines)) == (78, 1), proc.stderr
     return lines[0].replace(str(layer), "<layer>")
-
-
-def claims_due_now(dsn: str) -> None:
-    """Every Pending finalize row is due now: the back-off a stopped daemon's claims left
-    has elapsed (set directly instead of sleeping it out)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE messenger.recording_finalize_attempts SET next_attempt_at ="
-                     " now() WHERE status = 'Pending' AND next_attempt_at > now()")
 
 
 def _healthz(port: int) -> int:
@@ -357,7 +349,7 @@ async def test_bad_input_gets_its_reason_and_every_other_row_its_terminal_state(
     if case.job in (Job.DAEMON, Job.RELOAD, Job.HTTP):
         # a real daemon ran and was stopped, maybe between a claim and its verdict: those
         # rows wait out the claim's back-off, which is fast-forwarded here
-        await trio.to_thread.run_sync(claims_due_now, world.dsn)
+        await trio.to_thread.run_sync(skip_backoff, world.dsn)
     healed = await cycle(world.config(), job.value)
     invariants, violations = await trio.to_thread.run_sync(
         partial(world.violations, relay=case.job is Job.RELAY))

@@ -46,18 +46,11 @@ from tests.messenger import (
     outbox_rows,
     realtime_rows,
     recording,
+    skip_backoff,
     upload_recording,
 )
 
 FAST_BACKOFF = {"backoff_base": "50ms", "backoff_cap": "200ms", "max_attempts": 8}
-
-
-def skip_backoff(dsn: str) -> None:
-    """The back-off has elapsed: every Pending row is due now (the state a cycle waits
-    for, set directly instead of sleeping it out)."""
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute("UPDATE messenger.recording_finalize_attempts SET next_attempt_at = now()"
-                  " WHERE status = 'Pending' AND next_attempt_at > now()")
 
 
 @pytest.fixture

@@ -36,7 +36,6 @@ from tests.integration.test_recording_finalize_faults import (
     attempts_by_recording,
     heads_of,
     proxied,
-    skip_backoff,
     stuck_recordings,
 )
 from tests.messenger import (
@@ -45,6 +44,7 @@ from tests.messenger import (
     insert_call_session,
     new_id,
     recording,
+    skip_backoff,
     upload_recording,
 )
 
