@@ -22,14 +22,18 @@ CA bundle replaced by garbage between that check and the opening raises
 would at start.)
 
 What cancellation does: leaving :func:`open_resource_set` closes every open resource in
-reverse order, shielded (each closer bounds itself); a cancelled
+reverse order, shielded (each closer bounds itself), and only then: a cancellation from
+outside does not reach the holders, so the work inside the set unwinds (its shielded
+commits included) with every resource still open. A cancelled
 :meth:`ResourceSet.apply` leaves what it already opened in the set, which closes it on
-exit.
+exit; a resource whose opening the cancellation could not interrupt is closed by its
+holder at once (nobody got it) and nothing more is opened.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -123,6 +127,9 @@ class ResourceSet:
             holding = _Holding(cfg)
             await self._nursery.start(self._hold, resource, holding)
             self._held[resource] = holding
+            # a start cancelled after the opening returns all the same (the holder closed
+            # what it opened): open nothing more
+            await trio.lowlevel.checkpoint_if_cancelled()
         return changed
 
     async def aclose(self) -> None:
@@ -141,7 +148,16 @@ class ResourceSet:
             async with AsyncExitStack() as stack:
                 await self._open(resource, holding.cfg, stack)
                 task_status.started()
-                await holding.release.wait()
+                if trio.current_effective_deadline() == -math.inf:
+                    # the start itself was cancelled: trio keeps this task in the start's
+                    # nursery, which waits for it, and nobody got the resource; a shielded
+                    # wait for a release that comes after the start would never end
+                    return
+                # closed when released, never by a cancellation reaching the holder: the
+                # work using the resource may still be unwinding (a shielded commit), and
+                # leaving open_resource_set releases every holder once that work is done
+                with trio.CancelScope(shield=True):
+                    await holding.release.wait()
         finally:
             holding.closed.set()
 
