@@ -28,7 +28,6 @@ flight is abandoned in its thread); callers give the lease back in a shielded bl
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import hashlib
 import os
@@ -41,6 +40,7 @@ import psycopg
 import structlog
 import trio
 
+from actors.leases.pause import JobPause
 from supervision.backoff import Backoff
 from supervision.database import Fence
 from supervision.pgconn import connect
@@ -128,15 +128,6 @@ class Lease:
     @property
     def fence(self) -> Fence:
         return Fence(self.job, self.term)
-
-
-@attrs.frozen
-class JobPause:
-    """A row of ``safetynet.job_pauses``: the job is paused on every replica."""
-
-    reason: str | None
-    paused_at: dt.datetime  # the database clock
-    paused_by: str
 
 
 def holder_name() -> str:

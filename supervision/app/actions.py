@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from actors.finalize.queries import FINALIZE_QUERIES
-from actors.leases.lease import JobPause
+from actors.leases.pause import JobPause
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.reaper.queries import REAPER_QUERIES
 from supervision.app import acceptances, runbook

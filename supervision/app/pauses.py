@@ -21,7 +21,7 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from actors.leases.lease import JobPause
+from actors.leases.pause import JobPause
 from supervision.queries import QUERIES
 
 

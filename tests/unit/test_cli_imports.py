@@ -102,3 +102,17 @@ def test_check_config_of_a_plaintext_kafka_config_loads_no_kafka_client(tmp_path
             "os.environ['SAFETYNET__KAFKA__SECURITY_PROTOCOL'] = 'PLAINTEXT'\n"
             + _invoke(["check-config"], 0))
     assert _loaded(body, tmp_path) == ["psycopg"]
+
+
+@pytest.mark.parametrize("verb", ["status", "pause --job recording-finalize",
+                                  "resume --job recording-finalize", "history"])
+def test_operator_verbs_load_the_driver_but_not_the_daemons_runtime(
+        verb: str, tmp_path: Path) -> None:
+    """``status``, ``pause``, ``resume`` and ``history`` are one connection's work: with
+    the server unreachable they fail (exit 1) having loaded psycopg only, not Trio,
+    structlog nor the pool (``status`` once loaded all three to name a job pause)."""
+    body = ("import os\n"
+            "os.environ['SAFETYNET__POSTGRES__DSN'] = 'postgresql://u@127.0.0.1:9/x'\n"
+            "os.environ['SAFETYNET__POSTGRES__CONNECT_TIMEOUT'] = '1s'\n"
+            + _invoke(verb.split(), 1))
+    assert _loaded(body, tmp_path) == ["psycopg"]
