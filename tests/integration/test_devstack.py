@@ -22,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from supervision.dev.stack import (
+    DEV_SCRAM_ITERATIONS,
     DevStackError,
     KafkaServer,
     PostgresServer,
@@ -63,6 +64,28 @@ def test_postgres_rejects_a_wrong_password(pg_server: PostgresServer) -> None:
     bad = pg_server.dsn.replace(pg_server.password, "wrong")
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(bad, connect_timeout=5).close()
+
+
+def test_postgres_authenticates_tcp_with_cheap_scram_hashes(pg_server: PostgresServer) -> None:
+    """TCP clients authenticate with SCRAM only (every host line of pg_hba), and the
+    superuser's and a new role's passwords are SCRAM hashes at the dev stack's iteration
+    count (a test suite opens thousands of connections), with which a login works."""
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS devstack_scram_probe")
+        conn.execute("CREATE ROLE devstack_scram_probe LOGIN PASSWORD 'probe-password'")
+        hashes = dict(conn.execute(
+            "SELECT rolname, rolpassword FROM pg_authid"
+            " WHERE rolname IN ('postgres', 'devstack_scram_probe')").fetchall())
+        methods = conn.execute("SELECT DISTINCT auth_method FROM pg_hba_file_rules"
+                               " WHERE type = 'host'").fetchall()
+    assert methods == [("scram-sha-256",)]
+    prefix = f"SCRAM-SHA-256${DEV_SCRAM_ITERATIONS}:"
+    assert {name: value.startswith(prefix) for name, value in hashes.items()} == {
+        "postgres": True, "devstack_scram_probe": True}
+    probe = pg_server.dsn.replace("postgres:" + pg_server.password, "devstack_scram_probe:"
+                                  "probe-password")
+    with psycopg.connect(probe, connect_timeout=5) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("devstack_scram_probe",)
 
 
 async def _round_trip(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:
