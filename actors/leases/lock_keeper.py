@@ -147,7 +147,7 @@ class CycleOutcome(Generic[R]):
     status: CycleStatus
     job_run_id: str | None = None
     result: R | None = None
-    error: str | None = None  # why, for NO_CONNECTION (the driver's first line)
+    error: str | None = None  # why: NO_CONNECTION's driver line, LOST_LOCK's error class
 
 
 async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
@@ -227,8 +227,8 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
         LOCK_HELD.labels(job=job.name).set(0)
         with trio.CancelScope(shield=True):
             await give_back(lock, job, lease, loss)
-    if lost is not None:
-        return CycleOutcome(lost, run_id)
+    if lost is not None:  # the driver's error class when the session failed (a timeout, ...)
+        return CycleOutcome(lost, run_id, error=loss.error if loss is not None else None)
     if ttl_scope.cancelled_caught:
         return CycleOutcome(CycleStatus.OVERRAN, run_id)
     return CycleOutcome(CycleStatus.RAN, run_id, result)

@@ -99,6 +99,7 @@ async def test_killing_the_lock_session_cancels_the_cycle_and_hands_over(db_dsn:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         killed_at = trio.current_time()
     assert results[0].status == "lost_lock"
+    assert results[0].error is not None  # the driver's error class, for run-once's message
     assert cancelled_after[0] - killed_at < 1.0
 
     took_over = []
