@@ -1,41 +1,30 @@
-"""What do the dev stack's two speed settings save? (issue 29, the suite's CPU)
+"""What does the dev stack's SCRAM setting save? (issue 29, the suite's CPU)
 
-A benchmark (not a test). The test suite is CPU-bound on two cores, and two costs of its
-servers are per operation:
+A benchmark (not a test). The test suite is CPU-bound on two cores and opens about 6,000
+PostgreSQL connections; each authenticates with SCRAM, whose client and server derive
+keys through ``scram_iterations`` rounds of HMAC. The embedded server hashes passwords
+with ``DEV_SCRAM_ITERATIONS``; the baseline is a role of the same server whose password
+was hashed with PostgreSQL's default 4,096 (``SET scram_iterations`` before ``CREATE
+ROLE``). Both log in and run ``SELECT 1``, alternately, ``--connections`` times a round.
+Reported per round: CPU per connection of both sides (the client's own, the server's
+process tree), the wall time, and the CPU ratio to the baseline.
 
-* a PostgreSQL connection authenticates with SCRAM, whose client and server each derive
-  keys through ``scram_iterations`` rounds of HMAC. The embedded server hashes passwords
-  with ``DEV_SCRAM_ITERATIONS``; the baseline is a role of the same server whose
-  password was hashed with PostgreSQL's default 4,096 (``SET scram_iterations`` before
-  ``CREATE ROLE``). Both log in, alternately, ``--connections`` times a round.
-* a SeaweedFS HEAD: ``weed mini`` with ``GOMAXPROCS=1`` (the dev stack's) against the Go
-  default (one processor per core), two servers side by side, alternately, ``--heads``
-  signed HEADs a round (two of three find the object).
-
-Reported per round: CPU per operation of both sides (the client's own, the server's
-process tree) and the ratio to the baseline.
-
-    .venv/bin/python bench/devstack_costs.py [--rounds 3] [--connections 300] [--heads 2000]
+    .venv/bin/python bench/devstack_costs.py [--rounds 3] [--connections 300]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import resource
 import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import botocore.session
 import psycopg
-from botocore.config import Config as BotoConfig
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _measure import tree_cpu
 
-from supervision.dev.stack import DEV_SCRAM_ITERATIONS, PostgresServer, S3Server
+from supervision.dev.stack import DEV_SCRAM_ITERATIONS, PostgresServer
 
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's own scram_iterations
 
@@ -88,52 +77,10 @@ def connections(pg: PostgresServer, rounds: int, n: int) -> None:
               f" {(dev[0] + dev[1]) / (base[0] + base[1]):.2f}")
 
 
-def heads(base_dir: Path, rounds: int, n: int) -> None:
-    servers: dict[str, S3Server] = {}
-    clients: dict[str, Any] = {}
-    for name, gomaxprocs in (("one", "1"), ("default", str(os.cpu_count() or 1))):
-        os.environ["GOMAXPROCS"] = gomaxprocs  # S3Server keeps an environment's setting
-        server = S3Server(base_dir / name)
-        server.start()
-        server.create_bucket("bench-heads")
-        creds = server.credentials
-        clients[name] = botocore.session.get_session().create_client(
-            "s3", endpoint_url=server.endpoint_url, region_name=creds.region,
-            aws_access_key_id=creds.access_key_id,
-            aws_secret_access_key=creds.secret_access_key,
-            config=BotoConfig(s3={"addressing_style": "path"}))
-        servers[name] = server
-    os.environ.pop("GOMAXPROCS")
-    keys = [f"call-recordings/{uuid.uuid4()}" for _ in range(300)]
-    for client in clients.values():
-        for key in keys:
-            client.put_object(Bucket="bench-heads", Key=key, Body=b"OggS" + bytes(60))
-    print(f"SeaweedFS signed HEAD, {n} a round (ms of weed's CPU per HEAD)")
-    try:
-        for r in range(rounds):
-            got = {}
-            for name in (("one", "default") if r % 2 == 0 else ("default", "one")):
-                def head(i: int, client: Any = clients[name]) -> None:
-                    key = keys[i % len(keys)] if i % 3 else f"missing/{i}"
-                    with contextlib.suppress(client.exceptions.ClientError):  # a third: 404
-                        client.head_object(Bucket="bench-heads", Key=key)
-                pid = servers[name].pid
-                assert pid is not None
-                got[name] = cost(pid, n, head)
-            one, default = got["one"], got["default"]
-            print(f"  round {r + 1}: GOMAXPROCS=1 weed {one[1]:.3f} wall {one[2]:.2f} |"
-                  f" default weed {default[1]:.3f} wall {default[2]:.2f} | weed CPU ratio"
-                  f" {one[1] / default[1]:.2f}")
-    finally:
-        for server in servers.values():
-            server.stop()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=300)
-    parser.add_argument("--heads", type=int, default=2000)
     args = parser.parse_args()
     base_dir = Path(tempfile.mkdtemp(prefix="safetynet-bench-devstack-"))
     print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
@@ -141,8 +88,6 @@ def main() -> None:
     try:
         pg.start()
         connections(pg, args.rounds, args.connections)
-        pg.stop()
-        heads(base_dir, args.rounds, args.heads)
     finally:
         pg.stop()
         shutil.rmtree(base_dir, ignore_errors=True)

