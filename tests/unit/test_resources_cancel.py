@@ -15,10 +15,11 @@ deadline.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -55,56 +56,57 @@ def _run_with_watchdog(scenario: Any) -> None:
         raise failure[0]
 
 
-@pytest.mark.parametrize("deadline", DEADLINES)
-def test_a_cancelled_start_up_closes_every_opened_resource_and_never_hangs(
-        deadline: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cancelled at *deadline* into its start-up, the set closes what it opened, in
-    reverse order, and its exit returns."""
-    opened: list[Resource] = []
-    closed: list[Resource] = []
+@attrs.define
+class _FakeResources:
+    """The set's openings replaced: each takes OPEN_S and cannot be interrupted (as the S3
+    worker's spawn in a thread: the holder goes on to start once it is done, cancelled or
+    not); what opened and what closed, in order."""
 
-    async def fake_open(self: ResourceSet, resource: Resource, cfg: Config,
-                        stack: AsyncExitStack) -> None:
-        # an opening that a cancellation cannot interrupt, as the S3 worker's spawn in a
-        # thread: the holder goes on to start once it is done, cancelled or not
+    opened: list[Resource] = attrs.field(factory=list)
+    closed: list[Resource] = attrs.field(factory=list)
+
+    async def open(self, _set: ResourceSet, resource: Resource, _cfg: Config,
+                   stack: AsyncExitStack) -> None:
         with trio.CancelScope(shield=True):
             await trio.sleep(OPEN_S)
-        opened.append(resource)
-        stack.callback(closed.append, resource)
+        self.opened.append(resource)
+        stack.callback(self.closed.append, resource)
 
-    monkeypatch.setattr(ResourceSet, "_open", fake_open)
-    monkeypatch.setattr(resources_module, "open_asyncio_bridge", _no_bridge)
-    cfg = make_config("postgresql://safetynet@127.0.0.1:9/none")
+
+@pytest.fixture
+def fake() -> Iterator[_FakeResources]:
+    fake = _FakeResources()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ResourceSet, "_open", lambda *args: fake.open(*args))
+        patch.setattr(resources_module, "open_asyncio_bridge", _no_bridge)
+        yield fake
+
+
+CFG = make_config("postgresql://safetynet@127.0.0.1:9/none")
+
+
+@pytest.mark.parametrize("deadline", DEADLINES)
+def test_a_cancelled_start_up_closes_every_opened_resource_and_never_hangs(
+        deadline: float, fake: _FakeResources) -> None:
+    """Cancelled at *deadline* into its start-up, the set closes what it opened, in
+    reverse order, and its exit returns."""
 
     async def scenario() -> None:
         with trio.move_on_after(deadline):
-            async with open_resource_set(cfg):
+            async with open_resource_set(CFG):
                 await trio.sleep_forever()
 
     _run_with_watchdog(scenario)
-    assert closed == list(reversed(opened))
+    assert fake.closed == list(reversed(fake.opened))
 
 
-def test_a_start_up_left_uncancelled_opens_every_resource(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_start_up_left_uncancelled_opens_every_resource(fake: _FakeResources) -> None:
     """The control: given time, the set opens all five resources and closes them on exit."""
-    opened: list[Resource] = []
-    closed: list[Resource] = []
-
-    async def fake_open(self: ResourceSet, resource: Resource, cfg: Config,
-                        stack: AsyncExitStack) -> None:
-        await trio.sleep(OPEN_S)
-        opened.append(resource)
-        stack.callback(closed.append, resource)
-
-    monkeypatch.setattr(ResourceSet, "_open", fake_open)
-    monkeypatch.setattr(resources_module, "open_asyncio_bridge", _no_bridge)
-    cfg = make_config("postgresql://safetynet@127.0.0.1:9/none")
 
     async def scenario() -> None:
-        async with open_resource_set(cfg):
+        async with open_resource_set(CFG):
             pass
 
     _run_with_watchdog(scenario)
-    assert opened == list(Resource)
-    assert closed == list(reversed(Resource))
+    assert fake.opened == list(Resource)
+    assert fake.closed == list(reversed(Resource))
