@@ -72,8 +72,8 @@ async def run_claimer(db: Database, cfg: OutboxRelayConfig, state: RelayState,
             claim = await db.atomic(claim_batch, cfg.batch_size, state.held_topics(at), after,
                                     skip, max_bytes=cfg.claim_max_bytes,
                                     max_row_bytes=max_row_bytes)
-            claim = attrs.evolve(claim, at=at)
             behind = claim.locked >= cfg.batch_size or claim.locked > len(claim.rows)
+            claim = attrs.evolve(claim, at=at, behind=behind)
             if claim.rows:
                 unmarked.update(row.id for row in claim.rows)
                 after_id = max(after_id, max(row.id for row in claim.rows))

@@ -20,12 +20,15 @@ from actors.outbox.rows import Malformed, Row
 @attrs.frozen
 class Claim:
     """What one claim took: its rows in id order (up to the byte cap), how many rows it
-    locked before the cap (more than ``len(rows)``: the cap cut it, more are waiting), and
-    when it was made (trio time: the topic faults it left out were those not due by then)."""
+    locked before the cap (more than ``len(rows)``: the cap cut it, more are waiting),
+    when it was made (trio time: the topic faults it left out were those not due by then),
+    and whether it was taken behind a backlog (full or cut: the claimer goes on after its
+    last id at once)."""
 
     rows: list[Row | Malformed]
     locked: int
     at: float = 0.0
+    behind: bool = False
 
 
 @attrs.frozen

@@ -136,7 +136,8 @@ async def _run_pipeline(job: RelayJob, counts: RelayCounts, deadline: float) -> 
             feed.start_soon(partial(run_claimer, job.db, cfg, job.state, job.max_row_bytes,
                                     deadline, in_hand, unmarked, claims_send))
             await run_publisher(job.producer, job.state, Window(in_hand), deadline,
-                                claims_recv, answers_send, letters_send)
+                                claims_recv, answers_send, letters_send,
+                                min_wave=cfg.batch_size // 4)
             feed.cancel_scope.cancel()  # the claimer stops with the publisher
 
 

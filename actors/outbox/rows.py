@@ -15,6 +15,7 @@ the broker rejects.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -100,15 +101,20 @@ def too_large(size: int, limit: int) -> str:
 
 
 def parse_claimed(rec: tuple[Any, ...], max_row_bytes: int = 0) -> Row | Malformed:
-    """A row as ``outbox_claim_batch`` returns it (a tuple of :data:`CLAIMED`): the
-    common case (an object payload, headers a JSON object of strings) without building
-    a dict of the record, giving the same message as :func:`parse_row`; an oversized row
-    (fetched without payload) is :class:`Malformed`; anything else goes through
-    :func:`parse_row`."""
-    (outbox_id, topic, message_key, dedupe_key, event_type, payload, payload_type, headers,
-     size, oversized, _) = rec
+    """A row as ``outbox_claim_batch`` returns it (a tuple of :data:`CLAIMED`, its headers
+    as JSON text): the common case (an object payload, headers a JSON object of strings)
+    without building a dict of the record, giving the same message as :func:`parse_row`;
+    an oversized row (fetched without payload) is :class:`Malformed`; anything else goes
+    through :func:`parse_row`.
+
+    The claim fetches the headers as text and they are decoded here: ``json.loads`` of a
+    ``str`` costs a third of psycopg's ``jsonb`` loader, which decodes bytes (and was
+    80% of the claim's fetch, on the relay's critical path; docs/benchmarks.md)."""
+    (outbox_id, topic, message_key, dedupe_key, event_type, payload, payload_type,
+     headers_json, size, oversized, _) = rec
     if oversized:
         return Malformed(outbox_id, topic, message_key, too_large(size, max_row_bytes))
+    headers = None if headers_json is None else json.loads(headers_json)
     if payload_type == "object" and type(headers) is dict:
         try:  # only a string has .encode() among decoded JSON values
             wire = {name: value.encode() for name, value in headers.items()}
@@ -124,7 +130,7 @@ def parse_claimed(rec: tuple[Any, ...], max_row_bytes: int = 0) -> Row | Malform
             return Row(outbox_id, topic, message_key, OutMessage(
                 outbox_id, topic, message_key.encode(), payload.encode(),
                 tuple(wire.items())))
-    return parse_row(dict(zip(CLAIMED, rec, strict=True)))
+    return parse_row(dict(zip(CLAIMED, rec, strict=True)) | {"headers": headers})
 
 
 Key = tuple[str, str]  # (topic, message_key)

@@ -110,6 +110,19 @@ class Window:
         self.faulted.add(topic)
         return True
 
+    def keys_fewer_than(self, n: int) -> bool:
+        """True when the rows waiting are of fewer than *n* sendable keys (the next wave
+        would be smaller than *n* rows)."""
+        keys: set[Key] = set()
+        for row in self.rows:
+            if row.topic not in self.faulted:
+                key = (row.topic, row.message_key)
+                if key not in self.held:
+                    keys.add(key)
+                    if len(keys) >= n:
+                        return False
+        return True
+
     def next_wave(self, now: float, due_at: Callable[[int], float]) -> list[Row]:
         """The next wave (at most one row per key; see :func:`actors.outbox.rows.next_wave`);
         the rows that left the window leave the claimer room."""

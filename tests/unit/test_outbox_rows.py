@@ -24,6 +24,13 @@ def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[s
     return rec
 
 
+def as_claimed(rec: dict[str, Any]) -> tuple[Any, ...]:
+    """*rec* as the claim's tuple: the columns of :data:`CLAIMED`, the headers as JSON
+    text (``headers::text``)."""
+    return tuple(json.dumps(rec[column]) if column == "headers" else rec[column]
+                 for column in CLAIMED)
+
+
 def test_well_formed_row_gets_the_missing_spec_headers() -> None:
     """A row without event-id/content-type gets them; its payload is sent as stored."""
     row = parse_row(record(headers={"source": "messenger"}))
@@ -128,7 +135,7 @@ def test_the_claim_fast_path_builds_exactly_what_parse_row_builds(
     """parse_claimed (the relay's path, a tuple record) and parse_row agree on every
     record: the same message, headers in the same order, or the same malformed reason."""
     rec = record(**overrides)
-    assert parse_claimed(tuple(rec[column] for column in CLAIMED)) == parse_row(rec)
+    assert parse_claimed(as_claimed(rec)) == parse_row(rec)
 
 
 def test_an_oversized_claimed_row_is_malformed_with_its_size_and_the_limit() -> None:
@@ -137,6 +144,6 @@ def test_an_oversized_claimed_row_is_malformed_with_its_size_and_the_limit() -> 
     rec = record(payload={"x": 1}) | {"payload": None, "headers": None, "dedupe_key": None,
                                       "event_type": None, "size": 52_428_800,
                                       "oversized": True}
-    parsed = parse_claimed(tuple(rec[column] for column in CLAIMED), 1_048_576)
+    parsed = parse_claimed(tuple(rec[column] for column in CLAIMED), 1_048_576)  # SQL NULLs
     assert parsed == Malformed(7, "t", "k", "too_large: row of 52428800 bytes over the"
                                             " 1048576-byte max request size")

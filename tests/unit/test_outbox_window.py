@@ -107,3 +107,16 @@ def test_the_claimer_waits_for_room_in_bytes_until_a_wave_leaves() -> None:
             assert roomy == [True]
 
     trio.run(main)
+
+
+def test_keys_fewer_than_counts_only_the_keys_a_wave_could_send() -> None:
+    """The size of the next wave in keys: repeated keys count once, held keys and faulted
+    topics not at all."""
+    in_hand = InHand(max_rows=10, max_bytes=1_000)
+    window = Window(in_hand)
+    first = row(1, "a")
+    window.take(claimed(in_hand, first, row(2, "a"), row(3, "b"), row(4, "c", topic="gone")))
+    assert not window.keys_fewer_than(3) and window.keys_fewer_than(4)
+    window.hold(first)
+    window.fault("gone")
+    assert window.keys_fewer_than(2) and not window.keys_fewer_than(1)

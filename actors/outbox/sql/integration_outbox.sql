@@ -16,6 +16,8 @@
 -- locked before the cap, so the relay knows a cut claim is not the end of the backlog.
 -- The payload comes as text: it is sent as it is stored (jsonb's canonical JSON), with
 -- no parse/serialise round trip in Python; its JSON type says whether it is an object.
+-- The headers come as text too (decoded from a str by the relay: cheaper than psycopg's
+-- jsonb loader).
 -- Within a cycle the next claim runs while the rows of the previous ones are still being
 -- sent or marked: behind a backlog it takes the rows after the last claimed id; caught up
 -- (the last claim was short) it starts from the beginning again, so a row that committed
@@ -56,7 +58,7 @@ SELECT o.id,
        CASE WHEN s.oversized THEN NULL ELSE o.event_type END AS event_type,
        CASE WHEN s.oversized THEN NULL ELSE o.payload::text END AS payload,
        jsonb_typeof(o.payload) AS payload_type,
-       CASE WHEN s.oversized THEN NULL ELSE o.headers END AS headers,
+       CASE WHEN s.oversized THEN NULL ELSE o.headers::text END AS headers,
        s.size, s.oversized, s.claimed_n
 FROM sized s
 JOIN messenger.integration_outbox o ON o.id = s.id
