@@ -215,9 +215,12 @@ def test_start_failure_raises_devstack_error_with_log_tail_and_stops_the_others(
 
 
 _CHILD = """
-import json, sys
+import json, signal, sys
 from pathlib import Path
 from supervision.dev.stack import open_dev_stack
+# Ctrl-C as at a terminal, whatever this process inherited: a command started with `&`
+# by a non-interactive shell (a CI runner, nohup) ignores SIGINT, and so would we
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with open_dev_stack(Path(sys.argv[1])) as stack:
     print(json.dumps([s.pid for s in (stack.postgres, stack.kafka, stack.s3)]), flush=True)
     sys.stdin.readline()  # parent: newline = leave normally; or SIGINT / SIGKILL us here
