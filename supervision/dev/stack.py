@@ -427,7 +427,10 @@ class PostgresServer:
             self._initdb(bin_dir, user)
         settings = {"listen_addresses": "127.0.0.1", "unix_socket_directories": "",
                     "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-                    "max_connections": "200"}
+                    "max_connections": "200",
+                    # each database copied from a template writes its 8 MB as WAL: keep
+                    # little of it (the test servers' data may live in memory, /dev/shm)
+                    "max_wal_size": "256MB"}
         if self.tls is not None:
             settings.update(self._tls_settings(user))
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]

@@ -10,14 +10,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from supervision.app.devrun import mismatches
+from tests.stack_fixtures import server_tempdir
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,22 +40,10 @@ def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
-@pytest.fixture
-def own_stack_dir() -> Iterator[Path]:
-    """Where a test's ``safetynet dev`` keeps its servers: outside pytest's temporary root
-    (a pytest-xdist worker setting up that root takes its group and other permissions
-    away, and the PostgreSQL running as ``embedded_postgres`` below it loses its files)."""
-    path = Path(tempfile.mkdtemp(prefix="safetynet-dev-test-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def run_dev(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``safetynet dev`` run in *cwd*, its stack outside pytest's root (see own_stack_dir)."""
     env = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "120", "PYTHONPATH": str(site)}
-    stack = tempfile.mkdtemp(prefix="safetynet-dev-test-")
+    stack = str(server_tempdir("safetynet-dev-test-"))
     try:
         return subprocess.run(
             [sys.executable, "-m", "supervision.app", "dev", "--exit-when-done",

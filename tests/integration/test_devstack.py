@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -33,19 +30,6 @@ from supervision.dev.stack import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def own_stack_dir() -> Iterator[Path]:
-    """A directory for servers of a test's own, outside pytest's temporary root: a pytest
-    (-xdist) worker that sets up its temporary root takes group and other permissions off
-    ``/tmp/pytest-of-<user>``, and a PostgreSQL running as ``embedded_postgres`` below it
-    then cannot open its own files ('could not open file .../pg_control: Permission
-    denied')."""
-    path = Path(tempfile.mkdtemp(prefix="safetynet-devstack-test-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_postgres_accepts_queries_on_its_dsn(pg_server: PostgresServer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import psycopg
@@ -175,11 +174,11 @@ async def test_keeper_reconnects_after_the_database_was_unreachable(db_dsn: str)
 OUTAGE_S = 1.5  # PostgreSQL stopped this long (a sleep that IS the injected fault)
 
 
-async def test_keeper_rides_out_a_postgres_outage_without_crashing() -> None:
+async def test_keeper_rides_out_a_postgres_outage_without_crashing(
+        own_stack_dir: Path) -> None:
     """PostgreSQL stopped under a running keeper: cycles fail and back off (no crash, no
     restart), and resume by themselves when the server is back."""
-    base = Path(tempfile.mkdtemp(prefix="safetynet-outage-"))
-    server = PostgresServer(base)
+    server = PostgresServer(own_stack_dir)
     await trio.to_thread.run_sync(server.start)
     await trio.to_thread.run_sync(install_demo, server.dsn)  # the leases table
     runs: list[str] = []

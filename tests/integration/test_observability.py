@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx
@@ -124,10 +123,9 @@ def _up(url: str) -> bool:
         return False
 
 
-async def test_readyz_follows_postgres_down_and_back() -> None:
+async def test_readyz_follows_postgres_down_and_back(own_stack_dir: Path) -> None:
     """/readyz is 503 with a one-line reason while PostgreSQL is stopped, 200 after."""
-    base = Path(tempfile.mkdtemp(prefix="safetynet-readyz-"))
-    server = PostgresServer(base)
+    server = PostgresServer(own_stack_dir)
     await trio.to_thread.run_sync(server.start)
     try:
         await trio.to_thread.run_sync(install_demo, server.dsn)
