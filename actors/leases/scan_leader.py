@@ -71,10 +71,9 @@ async def no_cycle(ctx: CycleContext) -> None:
 def scan_lease(interval: float = 5.0, lock_ttl: float = 30.0) -> LockedJob[None]:
     """The ``database-scans`` lease: standbys try every *interval*; a frozen leader loses
     it *lock_ttl* after its last renewal. Its session is pinged every second (a cycle's
-    every 250 ms): held for as long as the process runs, and a dead session found a
-    second later costs nothing but a late gauge."""
-    return LockedJob(SCAN_LEASE, interval, lock_ttl, no_cycle, ping_interval=1.0,
-                     ping_timeout=1.0)
+    every 250 ms), with the keeper's timeout: held for as long as the process runs, and a
+    dead session found seconds later costs nothing but a late gauge."""
+    return LockedJob(SCAN_LEASE, interval, lock_ttl, no_cycle, ping_interval=1.0)
 
 
 async def serve_scan_leader(

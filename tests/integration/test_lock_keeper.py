@@ -8,6 +8,7 @@ import psycopg
 import pytest
 import structlog
 import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from actors.leases.lease import LockConnection, lock_key
 from actors.leases.lock_keeper import (
@@ -23,6 +24,7 @@ from supervision.dev.stack import PostgresServer
 from supervision.metrics import JOB_PAUSED, LOCK_HELD
 from supervision.migrate import install_demo
 from supervision.queries import QUERIES
+from tests.faults import open_fault_proxy
 from tests.waiting import wait_until
 
 
@@ -172,6 +174,30 @@ async def test_keeper_reconnects_after_the_database_was_unreachable(db_dsn: str)
 
 
 OUTAGE_S = 1.5  # PostgreSQL stopped this long (a sleep that IS the injected fault)
+SLOW_S = 2.5  # the lock session answers 1 s late this long (the injected fault)
+
+
+async def test_a_lock_session_answering_late_under_load_keeps_its_lease(db_dsn: str) -> None:
+    """Pings answered 1 s late (a server or a host under load) are no lost lock: with the
+    default ping timeout the cycle runs to its end. (A 0.75 s limit made a 2,000-row cycle
+    of the suite end with lost_lock (TooSlowError); the fence, not this limit, keeps a
+    lost holder's writes out.)"""
+    ran: list[str] = []
+    async with open_fault_proxy("127.0.0.1", int(str(conninfo_to_dict(db_dsn)["port"]))) as proxy:
+
+        async def cycle(ctx: CycleContext) -> str:
+            proxy.faults.latency = 1.0  # from the next answer on, the lock session's too
+            await trio.sleep(SLOW_S)  # pings every 0.25 s: two or more answered late
+            proxy.faults.latency = 0.0
+            ran.append(ctx.job_run_id)
+            return "done"
+
+        job = LockedJob("test-slow-session", interval=0.2, lock_ttl=30.0, cycle=cycle,
+                        first_delay=0)
+        lock = LockConnection(make_conninfo(db_dsn, port=proxy.port))
+        outcome = await run_locked_cycle(job, lock)
+    assert (outcome.status, outcome.result, ran) == (CycleStatus.RAN, "done",
+                                                      [outcome.job_run_id])
 
 
 async def test_keeper_rides_out_a_postgres_outage_without_crashing(
