@@ -200,6 +200,31 @@ async def test_a_lock_session_answering_late_under_load_keeps_its_lease(db_dsn: 
                                                       [outcome.job_run_id])
 
 
+async def test_a_lock_session_that_stops_answering_is_lost_within_the_ping_timeout(
+        db_dsn: str) -> None:
+    """The other half: a lock session that never answers again (a half-open connection)
+    is a lost lock within one ping interval and the default ping timeout (5 s); the
+    cycle is cancelled."""
+    cancelled = trio.Event()
+    async with open_fault_proxy("127.0.0.1", int(str(conninfo_to_dict(db_dsn)["port"]))) as proxy:
+
+        async def cycle(ctx: CycleContext) -> str:
+            proxy.faults.blackhole = True
+            try:
+                await trio.sleep_forever()
+            finally:
+                cancelled.set()
+
+        job = LockedJob("test-silent-session", interval=0.2, lock_ttl=30.0, cycle=cycle,
+                        first_delay=0)
+        lock = LockConnection(make_conninfo(db_dsn, port=proxy.port))
+        started = trio.current_time()
+        outcome = await run_locked_cycle(job, lock)
+        took = trio.current_time() - started
+    assert (outcome.status, cancelled.is_set()) == (CycleStatus.LOST_LOCK, True)
+    assert job.ping_timeout <= took < job.lock_ttl / 2, took  # the timeout, not the TTL
+
+
 async def test_keeper_rides_out_a_postgres_outage_without_crashing(
         own_stack_dir: Path) -> None:
     """PostgreSQL stopped under a running keeper: cycles fail and back off (no crash, no
