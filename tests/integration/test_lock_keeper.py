@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -24,7 +26,7 @@ from supervision.dev.stack import PostgresServer
 from supervision.metrics import JOB_PAUSED, LOCK_HELD
 from supervision.migrate import install_demo
 from supervision.queries import QUERIES
-from tests.faults import open_fault_proxy
+from tests.faults import FaultProxy, open_fault_proxy
 from tests.waiting import wait_until
 
 
@@ -177,13 +179,26 @@ OUTAGE_S = 1.5  # PostgreSQL stopped this long (a sleep that IS the injected fau
 SLOW_S = 2.5  # the lock session answers 1 s late this long (the injected fault)
 
 
+@contextlib.asynccontextmanager
+async def lock_behind_proxy(db_dsn: str) -> AsyncIterator[tuple[FaultProxy, LockConnection]]:
+    """A lock connection to *db_dsn* through a fault proxy (faults off until set)."""
+    async with open_fault_proxy("127.0.0.1", int(str(conninfo_to_dict(db_dsn)["port"]))) as proxy:
+        yield proxy, LockConnection(make_conninfo(db_dsn, port=proxy.port))
+
+
+def default_timing(name: str, cycle: Callable[[CycleContext], Awaitable[str]]
+                   ) -> LockedJob[str]:
+    """A job with the keeper's default ping interval and timeout (make_job's are tight)."""
+    return LockedJob(name, interval=0.2, lock_ttl=30.0, cycle=cycle, first_delay=0)
+
+
 async def test_a_lock_session_answering_late_under_load_keeps_its_lease(db_dsn: str) -> None:
     """Pings answered 1 s late (a server or a host under load) are no lost lock: with the
     default ping timeout the cycle runs to its end. (A 0.75 s limit made a 2,000-row cycle
     of the suite end with lost_lock (TooSlowError); the fence, not this limit, keeps a
     lost holder's writes out.)"""
     ran: list[str] = []
-    async with open_fault_proxy("127.0.0.1", int(str(conninfo_to_dict(db_dsn)["port"]))) as proxy:
+    async with lock_behind_proxy(db_dsn) as (proxy, lock):
 
         async def cycle(ctx: CycleContext) -> str:
             proxy.faults.latency = 1.0  # from the next answer on, the lock session's too
@@ -192,10 +207,7 @@ async def test_a_lock_session_answering_late_under_load_keeps_its_lease(db_dsn: 
             ran.append(ctx.job_run_id)
             return "done"
 
-        job = LockedJob("test-slow-session", interval=0.2, lock_ttl=30.0, cycle=cycle,
-                        first_delay=0)
-        lock = LockConnection(make_conninfo(db_dsn, port=proxy.port))
-        outcome = await run_locked_cycle(job, lock)
+        outcome = await run_locked_cycle(default_timing("test-slow-session", cycle), lock)
     assert (outcome.status, outcome.result, ran) == (CycleStatus.RAN, "done",
                                                       [outcome.job_run_id])
 
@@ -206,7 +218,7 @@ async def test_a_lock_session_that_stops_answering_is_lost_within_the_ping_timeo
     is a lost lock within one ping interval and the default ping timeout (5 s); the
     cycle is cancelled."""
     cancelled = trio.Event()
-    async with open_fault_proxy("127.0.0.1", int(str(conninfo_to_dict(db_dsn)["port"]))) as proxy:
+    async with lock_behind_proxy(db_dsn) as (proxy, lock):
 
         async def cycle(ctx: CycleContext) -> str:
             proxy.faults.blackhole = True
@@ -215,9 +227,7 @@ async def test_a_lock_session_that_stops_answering_is_lost_within_the_ping_timeo
             finally:
                 cancelled.set()
 
-        job = LockedJob("test-silent-session", interval=0.2, lock_ttl=30.0, cycle=cycle,
-                        first_delay=0)
-        lock = LockConnection(make_conninfo(db_dsn, port=proxy.port))
+        job = default_timing("test-silent-session", cycle)
         started = trio.current_time()
         outcome = await run_locked_cycle(job, lock)
         took = trio.current_time() - started
