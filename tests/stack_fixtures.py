@@ -10,6 +10,7 @@ TCP clients over TLS only, its certificate signed by ``private_ca``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -65,10 +66,15 @@ def server_data_parent() -> str | None:
     return None
 
 
-def server_tempdir(prefix: str) -> Path:
-    """A fresh directory for test servers' data (see :func:`server_data_parent`); the
-    caller removes it."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=server_data_parent()))
+@contextlib.contextmanager
+def server_tempdir(prefix: str) -> Iterator[Path]:
+    """A fresh directory for test servers' data (see :func:`server_data_parent`), removed
+    on leaving."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=server_data_parent()))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class LazyStack:
@@ -112,11 +118,8 @@ def stack_dir() -> Iterator[Path]:
     """Server data lives outside pytest's basetemp: pytest keeps that tree at mode 0700
     (and other pytest sessions may re-tighten it), while PostgreSQL runs as the
     embedded_postgres user and must traverse to its data directory."""
-    path = server_tempdir("safetynet-stack-")
-    try:
+    with server_tempdir("safetynet-stack-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -126,11 +129,8 @@ def own_stack_dir() -> Iterator[Path]:
     group and other permissions off ``/tmp/pytest-of-<user>``, and a PostgreSQL running as
     ``embedded_postgres`` below it then cannot open its own files ('could not open file
     .../pg_control: Permission denied')."""
-    path = server_tempdir("safetynet-own-stack-")
-    try:
+    with server_tempdir("safetynet-own-stack-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

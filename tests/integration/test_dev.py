@@ -43,14 +43,11 @@ def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_dev(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``safetynet dev`` run in *cwd*, its stack outside pytest's root (see own_stack_dir)."""
     env = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "120", "PYTHONPATH": str(site)}
-    stack = str(server_tempdir("safetynet-dev-test-"))
-    try:
+    with server_tempdir("safetynet-dev-test-") as stack:
         return subprocess.run(
             [sys.executable, "-m", "supervision.app", "dev", "--exit-when-done",
-             "--dir", stack, *args],
+             "--dir", str(stack), *args],
             capture_output=True, text=True, cwd=cwd, timeout=240, check=False, env=env)
-    finally:
-        shutil.rmtree(stack, ignore_errors=True)
 
 
 def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:

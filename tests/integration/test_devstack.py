@@ -31,7 +31,6 @@ from supervision.dev.stack import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-
 def test_postgres_accepts_queries_on_its_dsn(pg_server: PostgresServer) -> None:
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS devstack_probe (id int PRIMARY KEY, v text)")
