@@ -42,17 +42,16 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import attrs
-import httpx
-import httpx_auth
 import pytest
-import stamina
 import trio
 
 from supervision.dev.stack import S3Server
+from supervision.dev.uploads import Upload, object_headers
 
 SLOW_DOWN = {"x-amz-error-code": "SlowDown"}
 _HEAD_END = b"\r\n\r\n"
@@ -426,31 +425,12 @@ async def put_recordings(s3: S3Server, bucket: str, recording_ids: Collection[st
                          prefix: str = "call-recordings/", content_type: str = "audio/ogg",
                          duration: str | None = "42", body: bytes = b"OggS" + bytes(60)) -> None:
     """Upload binaries the way the recorder does (``{prefix}{id}``, Content-Type, duration
-    metadata), straight to the server, eight at a time over one keep-alive client."""
-    creds = s3.credentials
-    auth = httpx_auth.AWS4Auth(access_id=creds.access_key_id,
-                               secret_key=creds.secret_access_key, region=creds.region,
-                               service="s3")
-    headers = {"Content-Type": content_type}
-    if duration is not None:
-        headers["x-amz-meta-duration-seconds"] = duration
-    limiter = trio.CapacityLimiter(8)
-
-    def server_error(exc: Exception) -> bool:
-        return isinstance(exc, httpx.HTTPStatusError) and exc.response.is_server_error
-
-    # SeaweedFS answers 500 "please try again" while it grows a volume: retry that
-    @stamina.retry(on=server_error, attempts=4, wait_initial=0.2)
-    async def put(client: httpx.AsyncClient, rid: str) -> None:
-        async with limiter:
-            response = await client.put(f"/{bucket}/{prefix}{rid}", content=body,
-                                        headers=headers)
-        response.raise_for_status()
-
-    async with httpx.AsyncClient(base_url=s3.endpoint_url, auth=auth, timeout=10) as client, \
-            trio.open_nursery() as nursery:
-        for rid in recording_ids:
-            nursery.start_soon(put, client, rid)
+    metadata), straight to the server, eight at a time (:mod:`supervision.dev.uploads`, in
+    a thread: the test's Trio loop runs on meanwhile)."""
+    headers = object_headers(content_type,
+                             None if duration is None else {"duration-seconds": duration})
+    uploads = [Upload(f"{prefix}{rid}", body, headers) for rid in recording_ids]
+    await trio.to_thread.run_sync(partial(s3.put_objects, bucket, uploads, concurrency=8))
 
 
 def refuse_batches_over(monkeypatch: pytest.MonkeyPatch, limit: int) -> list[int]:

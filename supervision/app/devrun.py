@@ -31,11 +31,9 @@ from typing import Any
 
 import attrs
 import click
-import httpx
 import psycopg
 import tomli_w
 import trio
-from httpx_auth import AWS4Auth
 from prometheus_client import REGISTRY
 from psycopg import sql
 from psycopg.rows import dict_row
@@ -47,6 +45,7 @@ from supervision.app.console.commands import serve_console
 from supervision.app.settings import Config, load_config
 from supervision.dev.proxy import OutageProxy
 from supervision.dev.stack import DevStack, free_ports, open_dev_stack
+from supervision.dev.uploads import Upload, object_headers
 from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.migrate import install_demo, migrate
@@ -130,23 +129,10 @@ async def seed(stack: DevStack, scenario: Scenario) -> dict[str, int]:
     # Available recordings have their binary too: the positive canary HEADs them
     to_upload = ([str(r["id"]) for r in rows if r["status"] != "Available"][:with_binary]
                  + [str(r["id"]) for r in rows if r["status"] == "Available"])
-    creds = stack.s3.credentials
-    auth = AWS4Auth(creds.access_key_id, creds.secret_access_key, creds.region, "s3")
-    limiter = trio.CapacityLimiter(16)
     body = b"\x1aE\xdf\xa3" * 1024  # a WebM-looking 4 KiB blob
-
-    async def upload(client: httpx.AsyncClient, recording_id: str) -> None:
-        async with limiter:
-            response = await client.put(
-                f"/{BUCKET}/call-recordings/{recording_id}", content=body,
-                headers={"Content-Type": "video/webm", "x-amz-meta-duration-seconds": "60"})
-            response.raise_for_status()
-
-    async with httpx.AsyncClient(base_url=stack.s3.endpoint_url, auth=auth, timeout=30,
-                                 limits=httpx.Limits(max_connections=16)) as client, \
-            trio.open_nursery() as nursery:
-        for recording_id in to_upload:
-            nursery.start_soon(upload, client, recording_id)
+    headers = object_headers("video/webm", {"duration-seconds": "60"})
+    uploads = [Upload(f"call-recordings/{rid}", body, headers) for rid in to_upload]
+    await trio.to_thread.run_sync(partial(stack.s3.put_objects, BUCKET, uploads))
     click.echo(f"seeded in {trio.current_time() - started:.1f}s "
                f"({len(to_upload)} binaries uploaded)")
     thirds = [len(range(k, scenario.conferences + 1, 3)) for k in (3, 1, 2)]

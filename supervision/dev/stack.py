@@ -55,7 +55,9 @@ import httpx
 import psycopg
 from httpx_auth import AWS4Auth
 
+from supervision.dev.uploads import Upload, object_headers, put_objects
 from supervision.errors import SafetynetError
+from supervision.tls import public_context
 
 __all__ = [
     "DevStack",
@@ -648,7 +650,8 @@ class S3Server:
                  headers: dict[str, str] | None = None) -> httpx.Response:
         c = self.credentials
         auth = AWS4Auth(c.access_key_id, c.secret_access_key, c.region, "s3")
-        with httpx.Client(base_url=self.endpoint_url, auth=auth, timeout=10) as client:
+        with httpx.Client(base_url=self.endpoint_url, auth=auth, timeout=10,
+                          verify=public_context()) as client:
             return client.request(method, quote(path, safe="/-_.~"), content=body,
                                   headers=headers)
 
@@ -671,10 +674,13 @@ class S3Server:
 
     def put_object(self, bucket: str, key: str, body: bytes, content_type: str | None = None,
                    metadata: dict[str, str] | None = None) -> None:
-        headers = {f"x-amz-meta-{k}": v for k, v in (metadata or {}).items()}
-        if content_type is not None:
-            headers["Content-Type"] = content_type
-        self._checked("PUT", f"/{bucket}/{key}", body, headers)
+        self.put_objects(bucket, [Upload(key, body, object_headers(content_type, metadata))])
+
+    def put_objects(self, bucket: str, uploads: Iterable[Upload], *,
+                    concurrency: int = 16) -> None:
+        """PUT every upload, *concurrency* at a time (:mod:`supervision.dev.uploads`)."""
+        put_objects(self.endpoint_url, self.credentials, bucket, uploads,
+                    concurrency=concurrency)
 
     def head_object(self, bucket: str, key: str) -> httpx.Headers:
         return self._checked("HEAD", f"/{bucket}/{key}").headers

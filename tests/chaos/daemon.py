@@ -23,10 +23,10 @@ import httpx
 import psycopg
 import tomli_w
 import trio
-from httpx_auth import AWS4Auth
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.uploads import Upload, object_headers
 from supervision.queries import QUERIES
 from tests.faults import FaultProxy
 from tests.logscan import KNOWN_SECRETS, leaks
@@ -313,31 +313,9 @@ def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: i
 
 def upload(s3: S3Server, bucket: str, recording_ids: Collection[str]) -> None:
     """The recorder's uploads (audio/ogg with a duration), 16 at a time, straight to S3."""
-    creds = s3.credentials
-    auth = AWS4Auth(creds.access_key_id, creds.secret_access_key, creds.region, "s3")
+    headers = object_headers("audio/ogg", {"duration-seconds": "42"})
     body = b"OggS" + bytes(60)
-    headers = {"Content-Type": "audio/ogg", "x-amz-meta-duration-seconds": "42"}
-
-    async def main() -> None:
-        limiter = trio.CapacityLimiter(16)
-
-        async def put(client: httpx.AsyncClient, rid: str) -> None:
-            async with limiter:
-                for attempt in range(5):
-                    response = await client.put(f"/{bucket}/{PREFIX}{rid}", content=body,
-                                                headers=headers)
-                    if response.status_code < 500:
-                        break
-                    await trio.sleep(0.2 * (attempt + 1))
-                response.raise_for_status()
-
-        async with httpx.AsyncClient(base_url=s3.endpoint_url, auth=auth, timeout=30,
-                                     limits=httpx.Limits(max_connections=16)) as client, \
-                trio.open_nursery() as nursery:
-            for rid in recording_ids:
-                nursery.start_soon(put, client, rid)
-
-    trio.run(main)
+    s3.put_objects(bucket, [Upload(f"{PREFIX}{rid}", body, headers) for rid in recording_ids])
 
 
 # ------------------------------------------------------------------------------ proxy
