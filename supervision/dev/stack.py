@@ -432,7 +432,10 @@ class PostgresServer:
                     "max_connections": "200",
                     # each database copied from a template writes its 8 MB as WAL: keep
                     # little of it (the test servers' data may live in memory, /dev/shm)
-                    "max_wal_size": "256MB"}
+                    "max_wal_size": "256MB",
+                    # shared memory segments as files of the data directory (removed with
+                    # it), not in /dev/shm, where a SIGKILLed server left its for good
+                    "dynamic_shared_memory_type": "mmap"}
         if self.tls is not None:
             settings.update(self._tls_settings(user))
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]

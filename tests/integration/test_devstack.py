@@ -43,6 +43,17 @@ def test_postgres_accepts_queries_on_its_dsn(pg_server: PostgresServer) -> None:
         assert conn.execute("SELECT current_database()").fetchone() == ("devstack_other",)
 
 
+def test_postgres_keeps_its_shared_memory_segments_in_its_data_directory(
+        pg_server: PostgresServer) -> None:
+    """Dynamic shared memory as files under the data directory (its control segment is
+    there from the start), so a server killed outright leaves nothing in /dev/shm once
+    its directory is removed."""
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        assert conn.execute("SHOW dynamic_shared_memory_type").fetchone() == ("mmap",)
+        segments = [name for (name,) in conn.execute("SELECT pg_ls_dir('pg_dynshmem')")]
+    assert any(name.startswith("mmap.") for name in segments), segments
+
+
 def test_postgres_rejects_a_wrong_password(pg_server: PostgresServer) -> None:
     bad = pg_server.dsn.replace(pg_server.password, "wrong")
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
