@@ -7,8 +7,8 @@ libcurl does the HTTP and the SigV4 signing (``CURLOPT_AWS_SIGV4``, as the daemo
 worker does for its HEADs), *concurrency* requests on the wire over kept-alive
 connections, in the calling thread (async callers use ``trio.to_thread.run_sync``: pycurl
 lets go of the GIL while it waits). The tests and the demo seed tens of thousands of
-binaries a run: through httpx and httpx-auth each PUT cost the caller 1.8–2.0 ms of CPU
-and SeaweedFS about 1.5 ms, here 0.13 ms and 0.7–0.8 ms (``bench/uploads.py``).
+binaries a run: through httpx and httpx-auth each PUT cost the caller 1.8-2.0 ms of CPU
+and SeaweedFS about 1.5 ms, here 0.13 ms and 0.7-0.8 ms (``bench/uploads.py``).
 
 SeaweedFS answers 500 "please try again" while it grows a volume: a 5xx answer or a
 transport error is tried again, up to *attempts* times, after a short pause; any other
