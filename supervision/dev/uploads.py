@@ -18,6 +18,7 @@ status of 300 or more fails at once. What still failed after that raises
 
 from __future__ import annotations
 
+import collections
 import io
 import time
 from collections.abc import Iterable, Mapping
@@ -77,19 +78,19 @@ def put_objects(endpoint_url: str, signer: Signer, bucket: str, uploads: Iterabl
                 *, concurrency: int = 16, attempts: int = 4, timeout: float = 30.0) -> None:
     """PUT every upload into *bucket* at *endpoint_url*, signed by *signer*; raises
     :class:`UploadError` if any still failed after *attempts* tries."""
-    queued = [_Put(upload) for upload in uploads]
+    queued = collections.deque(_Put(upload) for upload in uploads)  # in the given order
     failed: list[str] = []
     multi = pycurl.CurlMulti()
     idle = [_handle(signer, timeout) for _ in range(max(1, min(concurrency, len(queued))))]
     running: dict[pycurl.Curl, _Put] = {}
-    retry: list[_Put] = []
+    retry: collections.deque[_Put] = collections.deque()
     try:
         while queued or running or retry:
             if not queued and not running:  # only retries left: a short pause, then again
                 time.sleep(0.2 * retry[0].attempt)
-                queued, retry = retry, []
+                queued, retry = retry, collections.deque()
             while idle and queued:
-                put = queued.pop()
+                put = queued.popleft()
                 handle = idle.pop()
                 _prepare(handle, endpoint_url, bucket, put)
                 running[handle] = put
