@@ -222,9 +222,12 @@ def run_daemon_with_layer(world: World, planted: Planted, tmp_path: Path) -> str
     def paths(lines: Sequence[dict[str, Any]]) -> set[str]:
         return {"stdlib" if "logger" in e else "structlog" for e in lines}
 
-    def parsed(log: Path) -> list[dict[str, Any]]:
+    def parsed(log: Path, *, whole_lines_only: bool = False) -> list[dict[str, Any]]:
+        text = log.read_text()
+        if whole_lines_only:  # a running daemon may be mid-write: its last line not yet whole
+            text = text[:text.rfind("\n") + 1]
         out = []
-        for line in log.read_text().splitlines():
+        for line in text.splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
@@ -236,7 +239,8 @@ def run_daemon_with_layer(world: World, planted: Planted, tmp_path: Path) -> str
     with running_daemon(world, tmp_path, planted.extra["toml"],
                         planted.extra["env"]) as (proc, _, log, _):
         deadline = time.monotonic() + 60
-        while not (paths(parsed(log)) == {"stdlib", "structlog"} if until == "BOTH_PATHS"
+        while not (paths(parsed(log, whole_lines_only=True)) == {"stdlib", "structlog"}
+                   if until == "BOTH_PATHS"
                    else until in log.read_text()):
             assert proc.poll() is None and time.monotonic() < deadline, \
                 log.read_text()[-2000:]
