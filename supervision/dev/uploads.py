@@ -22,7 +22,7 @@ import collections
 import io
 import time
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import attrs
@@ -30,22 +30,14 @@ import pycurl
 
 from supervision.errors import SafetynetError
 
+if TYPE_CHECKING:  # stack.py imports this module
+    from supervision.dev.stack import S3Credentials
+
 SHOWN_FAILURES = 3  # keys named in the error; the rest are counted
 
 
 class UploadError(SafetynetError):
     """Some PUTs still failed after their retries."""
-
-
-class Signer(Protocol):
-    """What signs the PUTs (:class:`~supervision.dev.stack.S3Credentials`)."""
-
-    @property
-    def access_key_id(self) -> str: ...
-    @property
-    def secret_access_key(self) -> str: ...
-    @property
-    def region(self) -> str: ...
 
 
 @attrs.frozen
@@ -74,7 +66,7 @@ class _Put:
     answer: io.BytesIO = attrs.field(factory=io.BytesIO)
 
 
-def put_objects(endpoint_url: str, signer: Signer, bucket: str, uploads: Iterable[Upload],
+def put_objects(endpoint_url: str, signer: S3Credentials, bucket: str, uploads: Iterable[Upload],
                 *, concurrency: int = 16, attempts: int = 4, timeout: float = 30.0) -> None:
     """PUT every upload into *bucket* at *endpoint_url*, signed by *signer*; raises
     :class:`UploadError` if any still failed after *attempts* tries."""
@@ -124,7 +116,7 @@ def put_objects(endpoint_url: str, signer: Signer, bucket: str, uploads: Iterabl
                           + (f"; and {more} more" if more > 0 else ""))
 
 
-def _handle(signer: Signer, timeout: float) -> pycurl.Curl:
+def _handle(signer: S3Credentials, timeout: float) -> pycurl.Curl:
     handle = pycurl.Curl()
     handle.setopt(pycurl.CUSTOMREQUEST, "PUT")
     handle.setopt(pycurl.AWS_SIGV4, f"aws:amz:{signer.region}:s3")
