@@ -44,12 +44,12 @@ KUBERNETES_VERSION := 1.32.0
 # squawk (the PostgreSQL migration linter) reads every step `safetynet migrate` can run, as
 # --print-sql shows it: each migration with its lock_timeout, each CONCURRENTLY index build,
 # the trigger's DDL. Findings accepted in already-applied migrations are listed, each with
-# why, in supervision/migrate.py (LINT_EXCEPTIONS).
+# why, in supervision/db/migrate.py (LINT_EXCEPTIONS).
 lint: $(STAMP) deploy-check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/hadolint Dockerfile
 	rm -rf build/squawk
-	$(PY) -m supervision.migrate build/squawk
+	$(PY) -m supervision.db.migrate build/squawk
 	$(VENV)/bin/squawk build/squawk/*.sql
 
 # deploy/kubernetes: built-in kinds strictly against the pinned release (the two

@@ -33,8 +33,8 @@ import attrs
 import trio
 from prometheus_client import Counter, Histogram
 
+from actors.tracing import span
 from supervision.metrics import LAST_CYCLES
-from supervision.tracing import span
 
 AFTER_LIMIT_S = 2.0
 

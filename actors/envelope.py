@@ -15,7 +15,7 @@ import uuid
 
 import psycopg
 
-from supervision.queries import QUERIES
+from supervision.db.queries import QUERIES
 
 TOPIC_RECORDING_AVAILABLE = "pin.messenger.call-recording-available.v1"
 TOPIC_CONFERENCE_ENDED = "pin.messenger.conference-ended.v1"

@@ -20,9 +20,9 @@ import psycopg
 import structlog
 import trio
 
-from supervision.database import Database
+from supervision.db.database import Database
 from supervision.errors import InfrastructureError
-from supervision.ticker import Ticker
+from supervision.tree.ticker import Ticker
 
 log = structlog.get_logger("gauge_refresher")
 

@@ -34,7 +34,7 @@ import prometheus_client
 import structlog
 import trio
 
-from supervision.health import HEALTH
+from supervision.tree.health import HEALTH
 
 log = structlog.get_logger("metrics_exporter")
 

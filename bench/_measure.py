@@ -5,7 +5,7 @@
   two points, so a run can say where the machine's cores went;
 * :class:`RssSampler` — the peak resident set size of this process while a block runs
   (psutil every 10 ms, plus ``ru_maxrss`` for the lifetime peak);
-* :class:`TimedDatabase` — a stand-in for :class:`supervision.database.Database` that
+* :class:`TimedDatabase` — a stand-in for :class:`supervision.db.database.Database` that
   times every unit of work on both sides of the thread crossing: before the function runs
   in its worker thread (dispatch + pool checkout with its check query + BEGIN), the function
   itself (its statements), and after it (COMMIT + check-in + the way back into Trio);

@@ -38,8 +38,8 @@ from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE
 from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import config_from_dict
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer
-from supervision.migrate import install_demo
 
 SEED = """
 INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type, trigger,

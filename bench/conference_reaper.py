@@ -51,11 +51,11 @@ from actors.leases.lock_keeper import CycleContext
 from actors.reaper.cycle import ReaperJob, run_reaper_cycle
 from actors.reaper.recorder_signal import open_media_client
 from supervision.app.settings import config_from_dict
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer
 from supervision.jobs import Job
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 

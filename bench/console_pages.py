@@ -38,12 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._measure import percentile
 from bench.recording_finalize import RESET, SEED
 from supervision.app.console.app import build_app
+from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import config_from_dict
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.migrate import install_demo
+from supervision.db.pgconn import conninfo
 from supervision.dev.stack import PostgresServer, start_all, stop_all
-from supervision.migrate import install_demo
-from supervision.pgconn import conninfo
-from supervision.queries import QUERIES
 from tests.messenger import PREFIX
 
 SHAPE = """
@@ -91,7 +91,7 @@ async def measure(dsn: str, repeat: int) -> list[str]:
     lines = []
     async with open_database(conninfo(cfg.postgres, "bench-console"), size=4) as db:
         def ping(conn: psycopg.Connection) -> Any:
-            return conn.execute(QUERIES["console_ping"]).fetchone()
+            return conn.execute(ALL_QUERIES["console_ping"]).fetchone()
 
         base = []
         for _ in range(repeat * 5):

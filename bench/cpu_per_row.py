@@ -60,6 +60,7 @@ from bench.recording_finalize import (  # noqa: E402
     seed,
     upload,
 )
+from supervision.db.migrate import install_demo  # noqa: E402
 from supervision.dev.stack import (  # noqa: E402
     KafkaServer,
     PostgresServer,
@@ -68,7 +69,6 @@ from supervision.dev.stack import (  # noqa: E402
     start_all,
     stop_all,
 )
-from supervision.migrate import install_demo  # noqa: E402
 from tests.messenger import PREFIX  # noqa: E402
 
 WORKER = "actors.s3.worker"

@@ -79,9 +79,9 @@ from bench.recording_finalize import (
     upload,
 )
 from supervision.app.settings import Config
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
 from tests.messenger import PREFIX
 
 COMMITTERS = 2

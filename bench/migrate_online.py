@@ -37,8 +37,8 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from actors.outbox.queries import OUTBOX_QUERIES
+from supervision.db.migrate import apply_messenger_fixture, migrate
 from supervision.dev.stack import PostgresServer
-from supervision.migrate import apply_messenger_fixture, migrate
 
 SEED = """
 INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type, trigger,

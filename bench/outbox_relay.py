@@ -89,11 +89,11 @@ from bench._measure import (
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config, config_from_dict
 from supervision.app.tree import relay_locked_job
-from supervision.bridge import run_asyncio
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
+from supervision.tree.bridge import run_asyncio
 from tests.messenger import read_topic
 
 EVENT_TYPE = "CallRecordingAvailable"

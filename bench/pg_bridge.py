@@ -37,8 +37,8 @@ from typing import Any
 
 # trio_asyncio first: it monkeypatches asyncio.get_running_loop, which psycopg.waiting binds at
 # import time; imported after psycopg, AsyncConnection fails with "no running event loop".
-# (Through supervision.compat, as the daemon does: trio-asyncio alone fails on Python 3.14.)
-from supervision.compat import import_trio_asyncio  # isort: skip
+# (Through supervision.tree.compat, as the daemon does: trio-asyncio alone fails on Python 3.14.)
+from supervision.tree.compat import import_trio_asyncio  # isort: skip
 
 trio_asyncio = import_trio_asyncio()
 

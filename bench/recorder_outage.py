@@ -63,10 +63,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._measure import CpuMeter, spread
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
 from supervision.app.settings import config_from_dict
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
 from tests.chaos.daemon import Daemon
 from tests.messenger import PREFIX
 

@@ -99,9 +99,9 @@ from bench._measure import (
 from supervision.app.daemon import open_resources
 from supervision.app.resources import POOL_SIZE
 from supervision.app.settings import Config, config_from_dict
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer, S3Server, pg_bin_dir, start_all, stop_all
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
 from tests.messenger import PREFIX
 
 BUCKET = "bench-recordings"

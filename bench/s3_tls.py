@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import recording_finalize as rf
 
 from supervision.app.settings import Config
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
 from tests.messenger import PREFIX
 from tests.secure_s3 import SecureS3, open_secure_s3
 

@@ -33,7 +33,7 @@ The "table seq scan" column flags a Seq Scan of a messenger table anywhere in th
 migration 0009 (docs/benchmarks.md has the figures): every claim and gauge reads a
 bounded number of rows whatever the backlog; the gauges' counts are capped (stuck at
 1,000, the others at 10,000, the backlog estimated beyond) and republish_overdue and the
-s3_down claim look at bounded windows (supervision/sql/queries/*.sql say which).
+s3_down claim look at bounded windows (supervision/db/sql/queries/*.sql say which).
 
     .venv/bin/python bench/scale.py [--rows 1000000] [--drain 200000] [--small 10000]
     .venv/bin/python bench/scale.py --rows 1000000 --skip drain reaper   # plans only
@@ -74,11 +74,11 @@ from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
 from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import config_from_dict
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo
 from tests.chaos.daemon import Daemon, daemon_config
 from tests.messenger import PREFIX
 

@@ -12,11 +12,11 @@ import pytest
 from psycopg import sql
 
 from supervision.app.settings import Config, config_from_dict
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
-from supervision.health import HEALTH, RootState
 from supervision.logs import configure_logging
 from supervision.metrics import LEADER_GAUGES
-from supervision.migrate import install_demo
+from supervision.tree.health import HEALTH, RootState
 from tests.logscan import KNOWN_SECRETS, leaks
 
 pytest_plugins = ["tests.pki", "tests.stack_fixtures"]

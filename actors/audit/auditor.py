@@ -26,9 +26,9 @@ import trio
 from actors.audit.invariants import CHEAP, Thresholds, Violation, judge_database, summary
 from actors.audit.metrics import AUDIT_FAILED, INVARIANT_VIOLATIONS
 from actors.audit.queries import AUDIT_QUERIES
-from supervision.database import Database
+from supervision.db.database import Database
 from supervision.errors import InfrastructureError
-from supervision.ticker import Ticker
+from supervision.tree.ticker import Ticker
 
 log = structlog.get_logger("auditor")
 SUBJECTS_LOGGED = 5

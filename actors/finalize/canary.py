@@ -33,7 +33,7 @@ import structlog
 
 from actors.finalize.store import known_present
 from actors.s3.objectstore import Fault, Found, ObjectStore, Poison, Transient
-from supervision.database import Database
+from supervision.db.database import Database
 
 log = structlog.get_logger("finalize_canary")
 CANDIDATES = 3

@@ -70,9 +70,9 @@ from actors.finalize.store import (
     unclaim_many,
 )
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
-from supervision.database import DataProblem
+from actors.tracing import span, tracing_enabled
+from supervision.db.database import DataProblem
 from supervision.jobs import Job
-from supervision.tracing import span, tracing_enabled
 
 log = structlog.get_logger("finalize_committer")
 

@@ -55,10 +55,10 @@ from actors.finalize.settings import RecordingFinalizeConfig
 from actors.finalize.state import Breaker, FinalizeCounts, FinalizeCycle
 from actors.leases.lock_keeper import CycleContext
 from actors.s3.objectstore import Fault, Found, ObjectStore, Transient
-from supervision.database import Database
-from supervision.health import HEALTH
+from supervision.db.database import Database
 from supervision.jobs import Job
-from supervision.wakeup import no_wakeup
+from supervision.tree.health import HEALTH
+from supervision.tree.wakeup import no_wakeup
 
 log = structlog.get_logger("recording_finalize")
 JOB = Job.RECORDING_FINALIZE

@@ -52,7 +52,7 @@ from actors.finalize.canary import check_known_present
 from actors.finalize.messages import ClaimedRow, NotAttempted, RowOutcome, Withheld
 from actors.finalize.queries import FINALIZE_QUERIES
 from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, ObjectStore, Poison, Transient
-from supervision.database import Database
+from supervision.db.database import Database
 
 log = structlog.get_logger("finalize_evidence")
 

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from typing import LiteralString
 
-from supervision.queries import load_queries
+from supervision.db.queries import load_queries
 
 FINALIZE_QUERIES: dict[str, LiteralString] = load_queries("actors.finalize")

@@ -35,7 +35,7 @@ from actors.finalize.metrics import RF_REDRIVEN
 from actors.finalize.queries import FINALIZE_QUERIES
 from actors.finalize.settings import RecordingFinalizeConfig
 from actors.finalize.state import FinalizeCounts
-from supervision.database import Database
+from supervision.db.database import Database
 
 log = structlog.get_logger("finalize_redrive")
 

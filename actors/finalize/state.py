@@ -13,8 +13,8 @@ from actors.finalize.evidence import VerdictGate
 from actors.finalize.metrics import S3_BREAKER_OPEN
 from actors.finalize.settings import RecordingFinalizeConfig
 from actors.s3.objectstore import ObjectStore
-from supervision.database import Database
-from supervision.wakeup import no_wakeup
+from supervision.db.database import Database
+from supervision.tree.wakeup import no_wakeup
 
 
 @attrs.define

@@ -55,9 +55,9 @@ from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from actors.kafka.security import client_security, diagnose, refusal
-from supervision.bridge import run_asyncio
 from supervision.config import KafkaConfig
 from supervision.errors import ConfigurationFault
+from supervision.tree.bridge import run_asyncio
 
 REJECTED = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidTopicError)
 # a batch the broker refuses whole for its size: its messages are sent again one by one,

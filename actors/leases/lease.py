@@ -20,7 +20,7 @@ and so frees every advisory lock at once, and a lease whose holder's session is 
 taken over at the next try. :func:`keep` pings the session and renews the lease every
 ``lock_ttl / 4``; it returns why the lease was lost (the renewal refused: this holder
 froze past its TTL and another took it; or the session died). The fencing token is the
-term: a :class:`~supervision.database.Fence` makes writes commit only while it is live.
+term: a :class:`~supervision.db.database.Fence` makes writes commit only while it is live.
 
 What cancellation does: :func:`keep` is cancelled between round trips (a round trip in
 flight is abandoned in its thread); callers give the lease back in a shielded block.
@@ -41,10 +41,10 @@ import structlog
 import trio
 
 from actors.leases.pause import JobPause
-from supervision.backoff import Backoff
-from supervision.database import Fence
-from supervision.pgconn import connect
-from supervision.queries import QUERIES
+from supervision.db.database import Fence
+from supervision.db.pgconn import connect
+from supervision.db.queries import QUERIES
+from supervision.tree.backoff import Backoff
 
 log = structlog.get_logger("lease")
 
@@ -143,7 +143,7 @@ class LockConnection:
     def __init__(self, dsn: str, deadline: float | None = None,
                  holder: str | None = None) -> None:
         self.dsn = dsn
-        self.deadline = deadline  # client-side bound of a round trip (supervision.pgconn)
+        self.deadline = deadline  # client-side bound of a round trip (supervision.db.pgconn)
         self.holder = holder or holder_name()
         self.conn: psycopg.Connection | None = None
         self.failures = 0

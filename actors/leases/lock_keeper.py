@@ -30,7 +30,7 @@ advisory lock every lock session of this era holds): an older replica leads by t
 alone, during a rolling upgrade; a leader that holds only the lease steps down at its next
 renewal if such a replica takes the lock (docs/operations.md, rolling upgrade). Then the
 cycle runs in a nested nursery inside a scope bounded by
-``lock_ttl``, with a :class:`~supervision.database.Fence` of its term in its context: the
+``lock_ttl``, with a :class:`~supervision.db.database.Fence` of its term in its context: the
 cycle's writes commit only while the term is live. A watchdog pings the lock connection
 every ``ping_interval`` and renews the lease every ``lock_ttl / 4``; when the connection
 dies or the renewal is refused (another daemon took the lease: this one was frozen past
@@ -38,7 +38,7 @@ its TTL), the cycle's scope is cancelled at once, and a write already in flight 
 rejected by the fence (``LeaseLost``). Either way the keeper logs ``lease_lost`` or
 ``lock_lost``, steps down and tries again at its next tick. A tick that could not reach
 the database, or whose cycle met a server going away, is followed by a back-off
-(:class:`~supervision.backoff.Backoff`, full jitter up to ``reconnect_cap``), so replicas
+(:class:`~supervision.tree.backoff.Backoff`, full jitter up to ``reconnect_cap``), so replicas
 that lost PostgreSQL together do not come back in lockstep.
 
 A frozen holder cannot hold on: its lease expires ``lock_ttl`` after its last renewal and
@@ -73,12 +73,12 @@ from actors.leases.lease import (
     lock_key,
     reconnect_backoff,
 )
-from supervision.backoff import Backoff
-from supervision.database import Fence
+from supervision.db.database import Fence
 from supervision.errors import InfrastructureError, LeaseLost, describe
 from supervision.metrics import JOB_PAUSED, LEASE_LOST, LEASE_TERM, LOCK_HELD
-from supervision.ticker import Ticker
-from supervision.wakeup import Wakeup
+from supervision.tree.backoff import Backoff
+from supervision.tree.ticker import Ticker
+from supervision.tree.wakeup import Wakeup
 
 __all__ = ["CycleContext", "CycleOutcome", "CycleStatus", "LockConnection", "LockedJob",
            "run_locked_cycle", "serve_lock_keeper"]

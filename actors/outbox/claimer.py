@@ -35,7 +35,7 @@ from actors.outbox.rows import Row, parse_claimed
 from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.state import RelayState
 from actors.outbox.window import InHand
-from supervision.database import Database, pipelined
+from supervision.db.database import Database, pipelined
 
 MAX_ROW_BYTES = MAX_REQUEST_SIZE  # the producer's: no larger row is ever sent
 

@@ -32,7 +32,7 @@ from actors.outbox.messages import DeadLetter
 from actors.outbox.metrics import OUTBOX_DEAD_LETTERED
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.state import RelayCounts
-from supervision.database import Database
+from supervision.db.database import Database
 
 log = structlog.get_logger("outbox_dead_letters")
 

@@ -13,7 +13,7 @@ from actors.outbox.metrics import (
     OUTBOX_UNPUBLISHED,
 )
 from actors.outbox.queries import OUTBOX_QUERIES
-from supervision.queries import QUERIES
+from supervision.db.queries import QUERIES
 
 
 def refresh_outbox(conn: psycopg.Connection) -> None:

@@ -39,11 +39,11 @@ import trio
 
 from actors.outbox.metrics import LISTENER_CONNECTED, LISTENER_RECONNECTS
 from actors.outbox.queries import OUTBOX_QUERIES
-from supervision.backoff import Backoff
+from supervision.db.pgconn import TCP, connect
+from supervision.db.queries import QUERIES
 from supervision.errors import describe
-from supervision.pgconn import TCP, connect
-from supervision.queries import QUERIES
-from supervision.wakeup import Wakeup
+from supervision.tree.backoff import Backoff
+from supervision.tree.wakeup import Wakeup
 
 log = structlog.get_logger("outbox_listener")
 

@@ -30,8 +30,8 @@ from actors.outbox.messages import Answered, Failure
 from actors.outbox.metrics import OUTBOX_PUBLISHED
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.state import RelayCounts
-from supervision.database import Database, pipelined
-from supervision.shielding import must_complete
+from supervision.db.database import Database, pipelined
+from supervision.tree.shielding import must_complete
 
 log = structlog.get_logger("outbox_marker")
 

@@ -46,7 +46,7 @@ from actors.outbox.rows import Row
 from actors.outbox.state import RelayState
 from actors.outbox.window import Window
 from supervision.errors import ConfigurationFault
-from supervision.health import HEALTH
+from supervision.tree.health import HEALTH
 
 log = structlog.get_logger("outbox_relay")
 

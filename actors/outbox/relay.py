@@ -69,7 +69,7 @@ from actors.outbox.retention import RETENTION_BATCHES, apply_retention
 from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.state import RelayCounts, RelayState
 from actors.outbox.window import InHand, Window
-from supervision.database import Database, pipelined
+from supervision.db.database import Database, pipelined
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.jobs import Job
 

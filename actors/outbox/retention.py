@@ -24,7 +24,7 @@ import structlog
 
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.settings import OutboxRelayConfig
-from supervision.database import Database
+from supervision.db.database import Database
 
 log = structlog.get_logger("outbox_retention")
 

@@ -5,7 +5,7 @@ and what one cycle counts.
 >>> retries.failed(42, now=10.0, delay=0.5)   # row 42 waits until 10.5
 >>> retries.keep_only({7, 8})                 # 42 is no longer pending: forgotten
 
-Every wait is drawn from :data:`RELAY_BACKOFF` (:class:`supervision.backoff.Backoff`, full
+Every wait is drawn from :data:`RELAY_BACKOFF` (:class:`supervision.tree.backoff.Backoff`, full
 jitter): the n-th consecutive failure of a row, of a topic or of Kafka as a whole waits
 a time drawn from ``[0, min(30 s, 0.25 s x 2**(n-1))]``, so relays that failed together
 do not retry together.
@@ -23,7 +23,7 @@ from collections.abc import Collection
 
 import attrs
 
-from supervision.backoff import Backoff
+from supervision.tree.backoff import Backoff
 
 RELAY_BACKOFF = Backoff(base=0.25, cap=30.0)
 

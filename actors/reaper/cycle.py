@@ -82,11 +82,11 @@ from actors.reaper.metrics import (
 from actors.reaper.recorder_signal import RecorderSignal, run_recorder_signal
 from actors.reaper.settings import ConferenceReaperConfig
 from actors.reaper.store import active_backlog, poisoned_count, prune_poison, reap_phase
+from actors.tracing import span
 from supervision.config import MediaConfig
-from supervision.database import Database
+from supervision.db.database import Database
 from supervision.jobs import Job
-from supervision.tracing import span
-from supervision.wakeup import no_wakeup
+from supervision.tree.wakeup import no_wakeup
 
 log = structlog.get_logger("conference_reaper")
 JOB = Job.CONFERENCE_REAPER

@@ -39,8 +39,8 @@ import trio
 from actors.reaper.messages import StopOutcome, StopRecording
 from actors.reaper.metrics import RECORDER_STOP_FAILED
 from supervision.config import MediaConfig
-from supervision.health import HEALTH
 from supervision.tls import verifying_context
+from supervision.tree.health import HEALTH
 
 log = structlog.get_logger("recorder_signal")
 

@@ -40,10 +40,10 @@ import attrs
 
 from actors.s3.objectstore import Fault, Transient
 from actors.s3.wire import Credentials
-from supervision.backoff import Backoff
 from supervision.config import S3Config
 from supervision.errors import InfrastructureError
 from supervision.secrets import Secret
+from supervision.tree.backoff import Backoff
 
 if TYPE_CHECKING:
     import botocore.credentials

@@ -10,7 +10,7 @@ Three parts, each bounded, each judged or reported as not judged:
 
 * the SQL invariants of :mod:`actors.audit.invariants` on a read-only session
   (``default_transaction_read_only``) with the daemon's statement/lock timeouts
-  (:func:`supervision.pgconn.conninfo`) and its client-side deadline;
+  (:func:`supervision.db.pgconn.conninfo`) and its client-side deadline;
 * ``failed_with_object``: at most ``audit.s3_sample`` recent Failed recordings HEADed
   through the S3 worker, at most ``audit.s3_rate`` per second;
 * with ``kafka=True``, the topics read from the offsets of the window's start to their
@@ -52,8 +52,8 @@ from actors.audit.queries import AUDIT_QUERIES
 from actors.s3.objectstore import Found, Missing, Poison
 from actors.s3.process import open_object_store
 from supervision.app.settings import Config
+from supervision.db.pgconn import client_deadline, connect, conninfo
 from supervision.errors import SafetynetError
-from supervision.pgconn import client_deadline, connect, conninfo
 
 EXIT_CLEAN, EXIT_UNJUDGED, EXIT_VIOLATED = 0, 1, 2
 KAFKA_MARGIN_S = 600.0  # the read starts this much inside the retention horizon

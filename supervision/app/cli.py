@@ -4,7 +4,7 @@ Exit codes: 0 success; 1 infrastructure failure or a child beyond its restart in
 2 usage errors, a violated SLO (``status``) or an unknown id (``requeue``); 78 bad
 configuration. No verb ends in a traceback: expected failures print one clear line each.
 What comes from data (ids, ``last_error``, a plan's reasons) is printed through
-:mod:`supervision.terminal`: no control sequence or rich markup of theirs takes effect.
+:mod:`supervision.app.terminal`: no control sequence or rich markup of theirs takes effect.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import click
 import tomli_w
 
 from supervision.app.settings import load_config
+from supervision.app.terminal import cell, printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG, config_paths, redacted
 from supervision.errors import ConfigError, SafetynetError, describe
 from supervision.jobs import Job
 from supervision.secrets import secrets_in
-from supervision.terminal import cell, printable
 
 JOBS = tuple(job.value for job in Job)  # click matches an Enum by name: offer the values
 EXIT_SLO = 2  # status: an SLO is violated; requeue: an unknown id
@@ -79,9 +79,9 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
     """Create or update the safetynet schema and its indexes on the messenger's tables
     (online: CONCURRENTLY, short lock_timeout, retried); never a messenger table."""
     cfg = load_or_exit(config_files)
-    from supervision import migrate as m
+    from supervision.db import migrate as m
+    from supervision.db.pgconn import conninfo
     from supervision.logs import configure_logging  # structlog: only the verbs that log
-    from supervision.pgconn import conninfo
 
     # stderr: a lock_timeout retry (stamina's retry_scheduled) is logged, stdout stays the
     # list of steps (or the --print-sql script)
@@ -113,8 +113,8 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
 def check_schema(config_files: tuple[Path, ...]) -> None:
     """Compare the messenger's tables with the contract safetynet relies on: one line per
     problem with the DDL that fixes it; exit 0 compatible, 2 not (warnings alone: 0)."""
-    from supervision import migrate as m
-    from supervision.pgconn import conninfo
+    from supervision.db import migrate as m
+    from supervision.db.pgconn import conninfo
 
     cfg = load_or_exit(config_files)
     try:

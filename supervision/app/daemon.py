@@ -18,11 +18,11 @@ from supervision.app.resources import open_resource_set
 from supervision.app.schema_gate import check_job, schema_gate
 from supervision.app.settings import Config
 from supervision.app.tree import Resources, build_tree, locked_jobs, relay_job, relay_locked_job
+from supervision.db.pgconn import client_deadline, conninfo
 from supervision.errors import InfrastructureError
 from supervision.jobs import Job
-from supervision.pgconn import client_deadline, conninfo
-from supervision.runtime import Successor, quiet_teardown, serve_root
-from supervision.spec import SupervisorSpec
+from supervision.tree.runtime import Successor, quiet_teardown, serve_root
+from supervision.tree.spec import SupervisorSpec
 
 log = structlog.get_logger("daemon")
 

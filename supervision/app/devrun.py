@@ -42,14 +42,14 @@ from rich.live import Live
 from rich.table import Table
 
 from supervision.app.console.commands import serve_console
+from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config, load_config
+from supervision.db.migrate import install_demo, migrate
 from supervision.dev.proxy import OutageProxy
 from supervision.dev.stack import DevStack, free_ports, open_dev_stack
 from supervision.dev.uploads import Upload, object_headers
 from supervision.jobs import Job
 from supervision.logs import configure_logging
-from supervision.migrate import install_demo, migrate
-from supervision.queries import QUERIES
 from supervision.secrets import redact_dsn
 
 DATABASE = "messenger"
@@ -97,7 +97,7 @@ def prepare(stack: DevStack) -> None:
     migrate."""
     assert stack.postgres is not None and stack.s3 is not None
     with psycopg.connect(stack.postgres.dsn, autocommit=True) as conn:
-        created = not conn.execute(QUERIES["database_exists"], {"name": DATABASE}).fetchone()
+        created = not conn.execute(ALL_QUERIES["database_exists"], {"name": DATABASE}).fetchone()
         if created:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
     dsn = stack.postgres.dsn_for(DATABASE)
@@ -118,10 +118,10 @@ async def seed(stack: DevStack, scenario: Scenario) -> dict[str, int]:
         assert stack.postgres is not None
         with psycopg.connect(stack.postgres.dsn_for(DATABASE), autocommit=True) as conn, \
                 conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(QUERIES["dev_seed_recordings"], {
+            rows = cur.execute(ALL_QUERIES["dev_seed_recordings"], {
                 "n": scenario.recordings, "available": available}).fetchall()
             if scenario.conferences:
-                cur.execute(QUERIES["dev_seed_conferences"], {"n": scenario.conferences})
+                cur.execute(ALL_QUERIES["dev_seed_conferences"], {"n": scenario.conferences})
             return rows
 
     started = trio.current_time()
@@ -188,7 +188,7 @@ def mismatches(summary: dict[str, int], truth: dict[str, int]) -> list[str]:
 def progress(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn, autocommit=True) as conn, \
             conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(QUERIES["dev_progress"]).fetchone()
+        row = cur.execute(ALL_QUERIES["dev_progress"]).fetchone()
     assert row is not None
     return {k: int(v) for k, v in row.items()}
 

@@ -22,7 +22,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from actors.leases.pause import JobPause
-from supervision.queries import QUERIES
+from supervision.db.queries import QUERIES
 
 
 @attrs.frozen

@@ -33,8 +33,8 @@ from supervision.app.plan_items import (
 )
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config
+from supervision.db.pgconn import connect, conninfo
 from supervision.jobs import Job
-from supervision.pgconn import connect, conninfo
 
 __all__ = ["PlanItem", "plan"]
 BREAKER_THRESHOLD = 5  # FinalizeJob's default: consecutive transient HEADs open it

@@ -6,7 +6,7 @@
 
 What applies: everything the tree is built from — log level and format, intervals, batch
 sizes, thresholds, ``enabled`` flags, restart intensity, ``http.listen`` — because a
-reload rebuilds the tree (:func:`supervision.runtime.serve_root` stops the old one
+reload rebuilds the tree (:func:`supervision.tree.runtime.serve_root` stops the old one
 gracefully and starts the new one in the same process); and the settings of the
 resources shared by the tree (``[postgres]``, ``[s3]``, ``[kafka]``, ``[media]``,
 ``[tracing]``): between the two trees, only the resources whose section changed are

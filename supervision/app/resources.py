@@ -46,14 +46,14 @@ from actors.kafka.producer import KafkaProducer
 from actors.reaper.recorder_signal import open_media_client
 from actors.s3.objectstore import ObjectStore
 from actors.s3.process import open_object_store
+from actors.tracing import open_tracing
 from supervision.app.settings import Config
 from supervision.app.tree import Resources
-from supervision.bridge import open_asyncio_bridge
-from supervision.database import Database, open_database
-from supervision.pgconn import client_deadline, conninfo
+from supervision.db.database import Database, open_database
+from supervision.db.pgconn import client_deadline, conninfo
 from supervision.tls import verifying_context
-from supervision.tracing import open_tracing
-from supervision.wakeup import Wakeup
+from supervision.tree.bridge import open_asyncio_bridge
+from supervision.tree.wakeup import Wakeup
 
 log = structlog.get_logger("resources")
 

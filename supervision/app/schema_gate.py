@@ -1,6 +1,6 @@
 """The schema check the daemon runs at start and at every tree start (SIGHUP), and
 ``run-once`` before its cycle: the same as ``safetynet check-schema``
-(:mod:`supervision.schema_contract`).
+(:mod:`supervision.db.schema_contract`).
 
 * safetynet migrations pending: the daemon refuses to start (a ``ConfigError``, exit 78,
   naming them) — a daemon on a half-migrated schema would crash-loop its actors while
@@ -23,13 +23,13 @@ import attrs
 import psycopg
 import structlog
 
-from supervision import schema_contract as contract
-from supervision.database import Database
+from supervision.db import schema_contract as contract
+from supervision.db.database import Database
+from supervision.db.migrate import SchemaReport, check_schema, versions
+from supervision.db.queries import QUERIES
 from supervision.errors import ConfigError, ConfigurationFault, InfrastructureError
-from supervision.health import HEALTH
 from supervision.metrics import SCHEMA_AHEAD, SCHEMA_BROKEN, SCHEMA_MISSING_INDEXES
-from supervision.migrate import SchemaReport, check_schema, versions
-from supervision.queries import QUERIES
+from supervision.tree.health import HEALTH
 
 log = structlog.get_logger("schema")
 

@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from supervision.queries import QUERIES
+from supervision.app.queries import ALL_QUERIES
 
 HISTORY_PAGE_MAX = 500
 
@@ -100,7 +100,7 @@ class Action:
 def record_action(conn: psycopg.Connection, who: Actor, verb: Verb, ids: Sequence[str],
                   reason: str | None, result: Mapping[str, Any]) -> int:
     """Append one trail row on *conn* (inside the caller's transaction); its id."""
-    row = conn.execute(QUERIES["operator_actions_insert"], {
+    row = conn.execute(ALL_QUERIES["operator_actions_insert"], {
         "actor": who.name, "origin": who.origin.value, "client": who.client,
         "verb": verb.value, "ids": [str(i) for i in ids], "reason": reason,
         "result": Jsonb(dict(result))}).fetchone()
@@ -124,7 +124,7 @@ def history(conn: psycopg.Connection, *, since: dt.datetime | None = None,
     """Trail rows newest first: those with id < *before* (a keyset page), at or after
     *since*; at most *limit* (capped at :data:`HISTORY_PAGE_MAX`)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(QUERIES["operator_actions_page"], {
+        rows = cur.execute(ALL_QUERIES["operator_actions_page"], {
             "before": before if before is not None else 2**63 - 1, "since": since,
             "limit": max(1, min(limit, HISTORY_PAGE_MAX))}).fetchall()
     return [Action(**row) for row in rows]

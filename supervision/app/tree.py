@@ -43,14 +43,14 @@ from actors.reaper.gauges import refresh_reaper_backlog
 from actors.s3.objectstore import ObjectStore
 from supervision.app.audit import audit_thresholds
 from supervision.app.settings import Config
-from supervision.database import Database
+from supervision.db.database import Database
+from supervision.db.pgconn import client_deadline, conninfo
+from supervision.db.queries import QUERIES
 from supervision.jobs import Job
 from supervision.metrics import LEADER_GAUGES
-from supervision.pgconn import client_deadline, conninfo
-from supervision.queries import QUERIES
-from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
-from supervision.supervisor import serve_supervisor
-from supervision.wakeup import Wakeup
+from supervision.tree.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
+from supervision.tree.supervisor import serve_supervisor
+from supervision.tree.wakeup import Wakeup
 
 
 @attrs.frozen

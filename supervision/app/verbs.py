@@ -45,9 +45,9 @@ def fail(message: str, code: int = EXIT_INFRA, cfg: Config | None = None) -> NoR
 
 def operator_connection(cfg: Config) -> psycopg.Connection:
     """An operator verb's connection, with the daemon's session settings (its statement
-    and lock timeouts, search_path pinned: supervision.pgconn) and its client deadline:
+    and lock timeouts, search_path pinned: supervision.db.pgconn) and its client deadline:
     no verb waits on the database for longer than the daemon would."""
     # psycopg loads here, not at import: --help needs no driver
-    from supervision.pgconn import client_deadline, connect, conninfo
+    from supervision.db.pgconn import client_deadline, connect, conninfo
 
     return connect(conninfo(cfg.postgres, "safetynet-cli"), client_deadline(cfg.postgres))

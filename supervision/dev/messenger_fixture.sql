@@ -1,7 +1,7 @@
 -- The messenger's tables as SPEC §2 describes them, for the demo, the tests and the benches
 -- ONLY: in production the messenger's own migrations created them and it owns them.
 -- Applied on explicit request (`safetynet migrate --messenger-fixture`, or
--- supervision.migrate.apply_messenger_fixture), which refuses when any messenger table
+-- supervision.db.migrate.apply_messenger_fixture), which refuses when any messenger table
 -- already exists. Until issue 28 this was migration 0001; safetynet's own migrations
 -- never create, alter or drop a messenger table (docs/contract.md).
 CREATE SCHEMA IF NOT EXISTS messenger;

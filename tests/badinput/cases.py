@@ -328,7 +328,7 @@ async def notify_storm(world: World) -> Planted:
     import trio
 
     from actors.outbox.listener import serve_outbox_listener
-    from supervision.wakeup import Wakeup
+    from supervision.tree.wakeup import Wakeup
     from tests.waiting import wait_until
 
     woken: list[float] = []

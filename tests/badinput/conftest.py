@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from supervision.dev.stack import S3Server
-from supervision.health import HEALTH
+from supervision.tree.health import HEALTH
 from tests.badinput.report import DOC, load, render
 from tests.badinput.world import World
 from tests.chaos.report import write_atomic

@@ -25,9 +25,9 @@ import tomli_w
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from supervision.app.queries import ALL_QUERIES
 from supervision.dev.stack import S3Server, free_ports
 from supervision.dev.uploads import Upload, object_headers
-from supervision.queries import QUERIES
 from tests.faults import FaultProxy
 from tests.logscan import KNOWN_SECRETS, leaks
 from tests.waiting import wait_until
@@ -280,14 +280,14 @@ def seed(dsn: str, s3: S3Server, bucket: str, *, recordings: int, conferences: i
     recordings whose object is in S3."""
     available = int(recordings * available_share)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(QUERIES["dev_seed_recordings"],
+        rows = conn.execute(ALL_QUERIES["dev_seed_recordings"],
                             {"n": recordings, "available": available}).fetchall()
         if spread_s:  # due over the next spread_s seconds, so faults meet live work
             conn.execute("UPDATE messenger.recording_finalize_attempts"
                          " SET next_attempt_at = now() + random() * %s * interval '1 second'",
                          (spread_s,))
         if conferences:
-            conn.execute(QUERIES["dev_seed_conferences"], {"n": conferences})
+            conn.execute(ALL_QUERIES["dev_seed_conferences"], {"n": conferences})
         if conference_spread_s:  # each conference falls due within the next N seconds
             conn.execute(
                 "UPDATE messenger.conference_sessions SET"

@@ -21,7 +21,7 @@ from actors.audit.auditor import serve_auditor
 from actors.audit.invariants import Thresholds
 from actors.envelope import TOPIC_RECORDING_AVAILABLE
 from supervision.app.queries import ALL_QUERIES
-from supervision.database import open_database
+from supervision.db.database import open_database
 from tests.messenger import insert_call_session, insert_recording
 
 ROOT = Path(__file__).resolve().parents[2]

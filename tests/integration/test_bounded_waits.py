@@ -17,9 +17,9 @@ import trio
 from actors.leases.lease import LockConnection
 from actors.leases.lock_keeper import CycleContext, LockedJob, serve_lock_keeper
 from supervision.app.settings import Config
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.pgconn import client_deadline, conninfo
 from supervision.errors import DatabaseBusy, InfrastructureError
-from supervision.pgconn import client_deadline, conninfo
 from tests.conftest import make_config
 
 BOUNDS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")

@@ -27,9 +27,9 @@ from supervision.app.queries import ALL_QUERIES
 from supervision.app.runbook import Released, requeue
 from supervision.app.runbook import status as read_status
 from supervision.app.settings import Config
-from supervision.database import Database, open_database
+from supervision.db.database import Database, open_database
 from supervision.errors import InfrastructureError
-from supervision.shielding import StopGuard, WorkAbandoned, guarded_by
+from supervision.tree.shielding import StopGuard, WorkAbandoned, guarded_by
 from tests.conftest import make_config
 from tests.media_stub import MediaStub, media_stub  # noqa: F401  (fixture)
 from tests.messenger import (

@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.lowlevel
 
-from supervision.database import open_database
+from supervision.db.database import open_database
 from supervision.errors import InfrastructureError
-from supervision.shielding import StopGuard, WorkAbandoned, guarded_by
+from supervision.tree.shielding import StopGuard, WorkAbandoned, guarded_by
 
 WRITES = 3
 

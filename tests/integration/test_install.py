@@ -17,9 +17,9 @@ import tomli_w
 from psycopg import sql
 
 from actors.outbox.queries import OUTBOX_QUERIES
+from supervision.db.migrate import Options, apply_messenger_fixture, grant, migrate
+from supervision.db.queries import QUERIES
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
-from supervision.migrate import Options, apply_messenger_fixture, grant, migrate
-from supervision.queries import QUERIES
 from tests.cli import cli, postgres_only_config
 from tests.integration.test_shutdown import events, start_daemon
 from tests.messenger import insert_conference

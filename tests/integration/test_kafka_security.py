@@ -21,7 +21,7 @@ from supervision.app.settings import Config
 from supervision.app.tree import relay_job
 from supervision.dev.stack import KafkaServer
 from supervision.errors import ConfigurationFault
-from supervision.health import HEALTH
+from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.integration.test_outbox_relay import (
     dead_letters,

@@ -12,10 +12,10 @@ import trio
 
 from actors.leases.lease import Lease, LockConnection, lock_key
 from actors.leases.lock_keeper import CycleContext, CycleStatus, LockedJob, run_locked_cycle
-from supervision.database import DataProblem, Fence, open_database, pipelined
+from supervision.db.database import DataProblem, Fence, open_database, pipelined
+from supervision.db.queries import QUERIES
 from supervision.errors import LeaseLost
 from supervision.metrics import FENCED_WRITES, LEASE_LOST
-from supervision.queries import QUERIES
 
 
 def make_job(name: str, cycle: object = None, *, ttl: float = 30.0) -> LockedJob[Any]:

@@ -21,11 +21,11 @@ from actors.leases.lock_keeper import (
     serve_lock_keeper,
 )
 from supervision.app.pauses import pause_job, resume_job
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.migrate import install_demo
+from supervision.db.queries import QUERIES
 from supervision.dev.stack import PostgresServer
 from supervision.metrics import JOB_PAUSED, LOCK_HELD
-from supervision.migrate import install_demo
-from supervision.queries import QUERIES
 from tests.faults import FaultProxy, open_fault_proxy
 from tests.waiting import wait_until
 

@@ -32,7 +32,7 @@ from actors.reaper.recorder_signal import open_media_client
 from supervision.app.daemon import open_resources
 from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
-from supervision.database import open_database
+from supervision.db.database import open_database
 from supervision.dev.stack import S3Server
 from tests.conftest import make_config
 from tests.messenger import (

@@ -16,8 +16,8 @@ from actors.leases.lock_keeper import CycleContext
 from actors.reaper.cycle import ReaperCounts, ReaperJob, run_reaper_cycle
 from actors.reaper.recorder_signal import open_media_client
 from supervision.app.settings import Config
-from supervision.database import open_database
-from supervision.health import HEALTH
+from supervision.db.database import open_database
+from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.media_stub import MediaStub, serve_media_stub
 from tests.messenger import (

@@ -12,8 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from supervision.errors import MigrationError
-from supervision.migrate import (
+from supervision.db.migrate import (
     LEGACY_CHECKSUMS,
     Options,
     apply_messenger_fixture,
@@ -22,8 +21,9 @@ from supervision.migrate import (
     migrations,
     print_sql,
 )
-from supervision.queries import QUERIES
-from supervision.schema_contract import INDEXES
+from supervision.db.queries import QUERIES
+from supervision.db.schema_contract import INDEXES
+from supervision.errors import MigrationError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -449,7 +449,7 @@ def test_database_migrated_by_the_release_before_upgrades_in_place(
 
 
 def check_schema_lines(dsn: str) -> list[str]:
-    from supervision.migrate import schema_report
+    from supervision.db.migrate import schema_report
 
     return schema_report(dsn).lines()
 

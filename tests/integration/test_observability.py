@@ -17,10 +17,10 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
-from supervision.health import HEALTH
-from supervision.migrate import install_demo
+from supervision.tree.health import HEALTH
 from tests.messenger import insert_call_session, insert_recording, upload_recording
 from tests.waiting import wait_until
 

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from actors.outbox.listener import APPLICATION_NAME, serve_outbox_listener
 from supervision.dev.stack import free_ports
-from supervision.wakeup import Wakeup
+from supervision.tree.wakeup import Wakeup
 from tests.waiting import wait_until
 
 

@@ -37,11 +37,11 @@ from supervision.app import resources
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config
 from supervision.app.tree import relay_job, relay_locked_job
-from supervision.database import Database
+from supervision.db.database import Database
 from supervision.dev.stack import KafkaServer, S3Server
 from supervision.errors import ConfigurationFault, InfrastructureError
-from supervision.health import HEALTH
 from supervision.metrics import LAST_CYCLES
+from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.faults import open_fault_proxy
 from tests.messenger import KafkaMessage, fetch, read_topic

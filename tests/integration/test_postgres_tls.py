@@ -18,8 +18,8 @@ import tomli_w
 from psycopg import sql
 
 from actors.outbox.listener import APPLICATION_NAME as LISTEN_NAME
+from supervision.db.migrate import install_demo
 from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
-from supervision.migrate import install_demo
 from tests.pki import PrivateCa
 from tests.waiting import wait_until
 

@@ -16,10 +16,10 @@ import tomli_w
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
+from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config
 from supervision.dev.stack import DevStackError, S3Server
-from supervision.health import HEALTH
-from supervision.queries import QUERIES
+from supervision.tree.health import HEALTH
 from tests.cli import cli
 from tests.conftest import make_config
 from tests.faults import put_recordings
@@ -64,7 +64,7 @@ async def due_recordings_with_binaries(conn: psycopg.Connection, s3_server: S3Se
                                        bucket: str, count: int) -> list[str]:
     """*count* lost callbacks of long-ended calls, due now, each binary uploaded at
     ``call-recordings/{id}``."""
-    rows = conn.execute(QUERIES["dev_seed_recordings"], {"n": count, "available": 0}
+    rows = conn.execute(ALL_QUERIES["dev_seed_recordings"], {"n": count, "available": 0}
                         ).fetchall()
     ids = [str(r[0]) for r in rows]
     await put_recordings(s3_server, bucket, ids)

@@ -20,9 +20,9 @@ from actors.leases.lock_keeper import LockedJob
 from actors.s3.objectstore import Fault, Found, Missing
 from actors.s3.process import open_object_store
 from supervision.app.daemon import run_once
+from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config
 from supervision.dev.stack import S3Server, free_ports
-from supervision.queries import QUERIES
 from tests.conftest import make_config
 from tests.faults import HttpRule, open_fault_proxy, put_recordings, s3_object
 from tests.integration.test_recording_finalize_config_faults import (
@@ -44,7 +44,7 @@ def conn(db_dsn: str) -> Iterator[psycopg.Connection]:
 
 def _seed(conn: psycopg.Connection, count: int) -> list[str]:
     """*count* lost callbacks of calls that ended two hours ago, due now."""
-    rows = conn.execute(QUERIES["dev_seed_recordings"], {"n": count, "available": 0})
+    rows = conn.execute(ALL_QUERIES["dev_seed_recordings"], {"n": count, "available": 0})
     return [str(r[0]) for r in rows.fetchall()]
 
 

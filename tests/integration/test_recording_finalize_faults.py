@@ -24,7 +24,7 @@ from supervision.app.daemon import open_resources
 from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
 from supervision.dev.stack import S3Server
-from supervision.health import HEALTH
+from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,

@@ -7,7 +7,7 @@ import psycopg
 import trio
 
 from supervision.app.resources import open_resource_set
-from supervision.database import pipelined
+from supervision.db.database import pipelined
 from tests.conftest import make_config
 
 # an observation window: nothing may close the pool while the shielded work runs this long

@@ -36,7 +36,7 @@ from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# 31dc1f7:supervision/sql/queries/advisory_locks.sql, advisory_lock_try and _release
+# 31dc1f7:supervision/db/sql/queries/advisory_locks.sql, advisory_lock_try and _release
 OLD_TRY = "SELECT pg_try_advisory_lock(%s)"
 OLD_RELEASE = "SELECT pg_advisory_unlock(%s)"
 
@@ -112,7 +112,7 @@ def old_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The advisory-lock release (commit 31dc1f7), built into a wheel and installed with
     --no-deps into a directory of its own (its dependencies are this venv's)."""
     if sys.version_info >= (3, 14):
-        pytest.skip(f"commit {OLD_COMMIT} imports trio-asyncio without supervision.compat, "
+        pytest.skip(f"commit {OLD_COMMIT} imports trio-asyncio without supervision.tree.compat, "
                     "so it cannot start on Python 3.14: no replica of it runs there")
     if shutil.which("git") is None:
         pytest.skip("git is not installed")

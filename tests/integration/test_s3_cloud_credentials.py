@@ -24,8 +24,8 @@ from actors.s3.objectstore import Fault, Found, Transient
 from actors.s3.process import open_object_store
 from supervision.app.settings import Config
 from supervision.config import S3Config
-from supervision.health import HEALTH
 from supervision.secrets import Secret
+from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.faults import open_fault_proxy, put_recordings
 from tests.integration.test_recording_finalize import counts_of, run_cycle

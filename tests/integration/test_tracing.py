@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from actors.finalize.cycle import run_finalize_cycle
 from actors.leases.lock_keeper import CycleContext
+from actors.tracing import configure_tracing
 from supervision.app.daemon import open_resources
 from supervision.app.tree import finalize_job
 from supervision.config import TracingConfig
 from supervision.dev.stack import S3Server, free_ports
-from supervision.tracing import configure_tracing
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording, upload_recording
 from tests.waiting import wait_until

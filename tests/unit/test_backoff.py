@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from supervision.backoff import Backoff
+from supervision.tree.backoff import Backoff
 
 SAMPLES = 20_000
 

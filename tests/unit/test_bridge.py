@@ -6,7 +6,7 @@ import asyncio
 
 import trio
 
-from supervision.bridge import open_asyncio_bridge, run_asyncio
+from supervision.tree.bridge import open_asyncio_bridge, run_asyncio
 
 
 async def test_asyncio_coroutine_runs_under_trio() -> None:

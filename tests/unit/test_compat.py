@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision import compat
+from supervision.tree import compat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ if hasattr(asyncio, "AbstractChildWatcher"):
 
 BRIDGE = """
 import asyncio, json, sys, trio
-from supervision.bridge import open_asyncio_bridge, run_asyncio, trio_asyncio
+from supervision.tree.bridge import open_asyncio_bridge, run_asyncio, trio_asyncio
 
 async def on_asyncio():
     async def double(x):
@@ -68,8 +68,8 @@ trio.run(main)
 RUNNING_LOOP = """
 import asyncio, asyncio.events, json, trio
 asyncio_get_running = asyncio.events._get_running_loop  # before trio-asyncio replaces it
-from supervision import compat
-from supervision.bridge import open_asyncio_bridge, run_asyncio, trio_asyncio
+from supervision.tree import compat
+from supervision.tree.bridge import open_asyncio_bridge, run_asyncio, trio_asyncio
 # as import_trio_asyncio does on 3.14, whatever this Python is
 compat._run_handles_under_their_loop(trio_asyncio._base.BaseTrioEventLoop, asyncio_get_running)
 
@@ -124,14 +124,14 @@ def test_asyncio_callbacks_run_with_their_trio_loop_as_the_running_loop() -> Non
 
 def test_bridge_imports_with_deprecation_warnings_as_errors() -> None:
     """trio-asyncio's known deprecations (child watcher, default policy) never stop the import."""
-    proc = run_python("import supervision.bridge\n", "-W", "error::DeprecationWarning")
+    proc = run_python("import supervision.tree.bridge\n", "-W", "error::DeprecationWarning")
     assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14 removed the names: shim in use")
 def test_nothing_stands_in_where_asyncio_still_has_the_names() -> None:
     """On 3.11-3.13 nothing is patched: trio-asyncio keeps asyncio's own classes."""
-    from supervision.bridge import trio_asyncio
+    from supervision.tree.bridge import trio_asyncio
 
     assert compat._stand_ins() == []
     assert not hasattr(asyncio.Handle._run, "_under_trio_loop")

@@ -333,7 +333,7 @@ def test_dockerignore_keeps_the_context_to_what_the_dockerfile_copies() -> None:
                     "config/production.example.toml", "actors/__pycache__/x.pyc",
                     "build/reliability.json"):
         assert dockerignored(outside), outside
-    assert not dockerignored("supervision/sql/migrations/0001_messenger_schema.sql")
+    assert not dockerignored("supervision/db/sql/migrations/0001_messenger_schema.sql")
 
 
 def unit_settings() -> dict[str, list[str]]:

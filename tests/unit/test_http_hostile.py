@@ -24,7 +24,7 @@ import trio
 from structlog.testing import capture_logs
 
 from actors.metrics_exporter import HEAD_DEADLINE, Readiness, serve_metrics_exporter
-from supervision.health import HEALTH
+from supervision.tree.health import HEALTH
 
 ROOT = Path(__file__).resolve().parents[2]
 # an observation window, not a wait for a state: a bound on what the server logs after the

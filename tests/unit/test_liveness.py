@@ -14,9 +14,9 @@ import pytest
 import trio
 
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
-from supervision.health import HEALTH, RootState
-from supervision.runtime import EXIT_FAILED, EXIT_OK, serve_root
-from supervision.spec import ChildSpec, Intensity, Restart, SupervisorSpec
+from supervision.tree.health import HEALTH, RootState
+from supervision.tree.runtime import EXIT_FAILED, EXIT_OK, serve_root
+from supervision.tree.spec import ChildSpec, Intensity, Restart, SupervisorSpec
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from supervision.app.settings import config_from_dict
 from supervision.config import ConfigError
-from supervision.pgconn import client_deadline, conninfo, with_defaults
+from supervision.db.pgconn import client_deadline, conninfo, with_defaults
 
 
 def pg(**keys: object) -> dict[str, object]:

@@ -8,7 +8,7 @@ from actors.audit.queries import AUDIT_QUERIES
 from actors.finalize.queries import FINALIZE_QUERIES
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.reaper.queries import REAPER_QUERIES
-from supervision.queries import QUERIES, load_queries
+from supervision.db.queries import QUERIES, load_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = {"runtime": QUERIES, "finalize": FINALIZE_QUERIES, "outbox": OUTBOX_QUERIES,

@@ -15,7 +15,7 @@ from actors.outbox import listener
 from actors.s3 import credentials
 from actors.s3.credentials import CredentialSource, CredentialsUnavailable
 from supervision.config import S3Config
-from supervision.wakeup import Wakeup
+from supervision.tree.wakeup import Wakeup
 
 
 async def no_cycle(ctx: CycleContext) -> None:

@@ -13,15 +13,15 @@ import pytest
 import trio
 import trio.testing
 
-from supervision.runtime import (
+from supervision.tree.runtime import (
     EXIT_OK,
     SHUTDOWN_SIGNALS,
     Successor,
     quiet_teardown,
     serve_root,
 )
-from supervision.shielding import must_complete
-from supervision.spec import ChildSpec, SupervisorSpec
+from supervision.tree.shielding import must_complete
+from supervision.tree.spec import ChildSpec, SupervisorSpec
 
 
 def handlers() -> dict[int, Any]:

@@ -173,7 +173,7 @@ async def test_a_failed_renewal_is_retried_at_every_tick_until_it_succeeds(
 
 def test_a_failed_resolution_waits_the_houses_back_off_before_asking_again() -> None:
     """After the n-th consecutive failure the chain is not asked again before a wait drawn
-    by supervision.backoff (full jitter under BACKOFF.ceiling(n)); the waits of many
+    by supervision.tree.backoff (full jitter under BACKOFF.ceiling(n)); the waits of many
     sources spread over that window rather than all landing on its end."""
     waits: list[list[float]] = []
     for _ in range(40):

@@ -1,9 +1,9 @@
-"""The contract as data (supervision/schema_contract.py): index equivalence by definition,
+"""The contract as data (supervision/db/schema_contract.py): index equivalence by definition,
 and the privileges it derives for the runtime role."""
 
 from __future__ import annotations
 
-from supervision.schema_contract import (
+from supervision.db.schema_contract import (
     INDEXES,
     TABLE_PRIVILEGES,
     CatalogIndex,

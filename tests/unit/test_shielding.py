@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from supervision.shielding import StopGuard, WorkAbandoned, guarded_by, must_complete
-from supervision.ticker import Ticker
+from supervision.tree.shielding import StopGuard, WorkAbandoned, guarded_by, must_complete
+from supervision.tree.ticker import Ticker
 
 
 async def test_must_complete_block_survives_a_soft_cancel(autojump_clock: object) -> None:

@@ -11,9 +11,9 @@ import trio
 import trio.testing
 
 from supervision.metrics import ACTOR_RESTARTS
-from supervision.shielding import must_complete
-from supervision.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
-from supervision.supervisor import RestartIntensityExceeded, serve_supervisor
+from supervision.tree.shielding import must_complete
+from supervision.tree.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
+from supervision.tree.supervisor import RestartIntensityExceeded, serve_supervisor
 
 
 class Boom(Exception):

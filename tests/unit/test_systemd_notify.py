@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from supervision import systemd_notify
-from supervision.systemd_notify import notify, socket_address, watchdog_interval
+from supervision.tree import systemd_notify
+from supervision.tree.systemd_notify import notify, socket_address, watchdog_interval
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from supervision.terminal import cell, printable
+from supervision.app.terminal import cell, printable
 
 
 def test_control_characters_are_spelled_out_not_sent() -> None:

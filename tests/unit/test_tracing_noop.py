@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervision import tracing
+from actors import tracing
 
 
 def test_spans_are_one_shared_no_op_until_tracing_is_configured(

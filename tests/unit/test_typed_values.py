@@ -12,7 +12,7 @@ from actors.reaper.messages import PHASES, PhaseName
 from supervision.app.cli import main
 from supervision.jobs import Job
 
-MIGRATIONS = Path(__file__).parents[2] / "supervision" / "sql" / "migrations"
+MIGRATIONS = Path(__file__).parents[2] / "supervision" / "db" / "sql" / "migrations"
 
 
 def newest_definition(function: str) -> str:

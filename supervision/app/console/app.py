@@ -39,13 +39,13 @@ from supervision.app.console.security import (
     new_session,
 )
 from supervision.app.settings import Config
+from supervision.app.terminal import printable
 from supervision.app.trail import Actor, Origin, Verb, parse_since, record_action
-from supervision.database import Database
+from supervision.db.database import Database
 from supervision.durations import parse_duration
 from supervision.errors import SafetynetError
 from supervision.jobs import Job
 from supervision.secrets import Scrubber, secrets_in
-from supervision.terminal import printable
 
 JOBS = tuple(Job)
 STATUSES = ("Quarantined", "Pending")

@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 
 from supervision.app.settings import Config
+from supervision.app.terminal import printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG
 from supervision.errors import describe
-from supervision.terminal import printable
 
 
 @click.command()
@@ -64,8 +64,8 @@ async def serve_console(cfg: Config, *, signals: bool = True) -> None:
     from hypercorn.trio import serve
 
     from supervision.app.console.app import build_app
-    from supervision.database import open_database
-    from supervision.pgconn import client_deadline, conninfo
+    from supervision.db.database import open_database
+    from supervision.db.pgconn import client_deadline, conninfo
 
     hc = HypercornConfig()
     hc.bind = [cfg.console.listen]

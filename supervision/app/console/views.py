@@ -2,7 +2,7 @@
 
 Every list is a keyset page (``after``/``before`` cursors through an index, at most
 :data:`PAGE` rows) and every count is capped or an estimate (the statements of
-``supervision/sql/queries/console.sql``, and the same ``status`` the CLI prints), so a page
+``supervision/app/sql/console.sql``, and the same ``status`` the CLI prints), so a page
 costs the same on a million rows as on ten (bench/console_pages.py).
 """
 

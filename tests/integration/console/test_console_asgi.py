@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from supervision.app.console.app import build_app
 from supervision.app.console.security import MAX_FAILURES, SESSION_COOKIE, Gate
 from supervision.app.settings import Config
-from supervision.database import open_database
+from supervision.db.database import open_database
+from supervision.db.pgconn import conninfo
 from supervision.metrics import LastCycles
-from supervision.pgconn import conninfo
 from tests.integration.console.support import (
     SCRIPT,
     basic,

@@ -178,7 +178,7 @@ def test_a_pause_past_its_expiry_is_ignored_and_replaced(db_dsn: str) -> None:
     """A pause with an expiry holds the job until then; past it the keepers' read and
     status ignore it, and a new pause replaces it (new, with its own reason)."""
     from supervision.app.pauses import pause_job, paused_jobs
-    from supervision.queries import QUERIES
+    from supervision.db.queries import QUERIES
 
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         first = pause_job(conn, "recording-finalize", "upgrade", "ana@h", for_seconds=3600)

@@ -23,7 +23,7 @@ raises, the server skips the rest and the transaction rolls back. Only for funct
 read results through ``fetch*()`` (``rowcount`` is not known before a sync).
 
 What cancellation does: :meth:`Database.atomic` runs under
-:func:`~supervision.shielding.must_complete`, so a soft cancel waits for the transaction
+:func:`~supervision.tree.shielding.must_complete`, so a soft cancel waits for the transaction
 to commit or roll back; a hard stop sends PostgreSQL a cancel request, the statement in
 flight fails, and the transaction rolls back. :meth:`Database.run` is for reads and
 non-critical writes: cancelling it abandons the thread (which finishes in the background,
@@ -47,11 +47,11 @@ import psycopg
 import psycopg_pool
 import trio
 
+from supervision.db.pgconn import bounded_class, with_defaults
+from supervision.db.queries import QUERIES
 from supervision.errors import DatabaseBusy, InfrastructureError, LeaseLost
 from supervision.metrics import FENCED_WRITES
-from supervision.pgconn import bounded_class, with_defaults
-from supervision.queries import QUERIES
-from supervision.shielding import WorkAbandoned, current_guard, must_complete
+from supervision.tree.shielding import WorkAbandoned, current_guard, must_complete
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -123,7 +123,7 @@ class Database:
     def __init__(self, dsn: str, *, size: int = 4, name: str = "safetynet",
                  connect_timeout: float = 5.0, deadline: float | None = None) -> None:
         idle = _IdleCheck(after_s=2.0)
-        # *dsn* wins over these defaults (see supervision.pgconn.conninfo for the daemon's)
+        # *dsn* wins over these defaults (see supervision.db.pgconn.conninfo for the daemon's)
         conninfo = with_defaults(dsn, application_name=name,
                                  connect_timeout=max(2, math.ceil(connect_timeout)))
         self._pool = psycopg_pool.ConnectionPool(
@@ -288,7 +288,7 @@ async def open_database(dsn: str, *, size: int = 4, name: str = "safetynet",
                         connect_timeout: float = 5.0, deadline: float | None = None,
                         ) -> AsyncIterator[Database]:
     """A :class:`Database` that is closed on every exit path; *deadline* bounds each round
-    trip client-side (:class:`supervision.pgconn.BoundedConnection`)."""
+    trip client-side (:class:`supervision.db.pgconn.BoundedConnection`)."""
     db = Database(dsn, size=size, name=name, connect_timeout=connect_timeout,
                   deadline=deadline)
     await db.open()

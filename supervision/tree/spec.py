@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from supervision.backoff import Backoff
+from supervision.tree.backoff import Backoff
 
 
 class Restart(enum.Enum):

@@ -13,7 +13,7 @@ prints the same plan, so what it shows is exactly what would run):
   checksums stay recognised (:data:`LEGACY_CHECKSUMS`), so a database migrated by an
   earlier release upgrades with no manual step;
 * **messenger-side objects** — the recommended indexes of
-  :data:`supervision.schema_contract.INDEXES`, each built ``CREATE INDEX CONCURRENTLY``
+  :data:`supervision.db.schema_contract.INDEXES`, each built ``CREATE INDEX CONCURRENTLY``
   outside a transaction unless an equivalent VALID index exists under any name (reused,
   never duplicated); an INVALID leftover under our name (a cancelled build) is dropped
   ``CONCURRENTLY`` and built again; and the relay's NOTIFY trigger, installed, or dropped
@@ -22,7 +22,7 @@ prints the same plan, so what it shows is exactly what would run):
 Every statement runs with a short ``lock_timeout`` (:data:`LOCK_TIMEOUT`) and is retried
 with back-off when it cannot get its lock in time, so migrate never queues a lock in
 front of the messenger's writers for longer than that. The session is the daemon's
-(:func:`supervision.pgconn.conninfo`) with ``application_name=safetynet-migrate``;
+(:func:`supervision.db.pgconn.conninfo`) with ``application_name=safetynet-migrate``;
 ``statement_timeout`` is lifted only around the concurrent index builds.
 """
 
@@ -39,10 +39,10 @@ import psycopg
 import psycopg.sql
 import stamina
 
-from supervision import schema_contract as contract
+from supervision.db import schema_contract as contract
+from supervision.db.pgconn import with_defaults
+from supervision.db.queries import QUERIES
 from supervision.errors import MigrationError
-from supervision.pgconn import with_defaults
-from supervision.queries import QUERIES
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 APPLICATION_NAME = "safetynet-migrate"
@@ -134,7 +134,7 @@ class Options:
 
 def migrations() -> list[Migration]:
     """Every migration shipped with the package, in version order."""
-    folder = resources.files("supervision") / "sql" / "migrations"
+    folder = resources.files("supervision.db") / "sql" / "migrations"
     found = []
     for entry in folder.iterdir():
         match = _FILE.match(entry.name)
@@ -404,7 +404,7 @@ def schema_report(dsn: str) -> SchemaReport:
 
 
 def grant_statements(conn: psycopg.Connection[Any], role: str) -> list[psycopg.sql.Composed]:
-    """What the runtime role needs, from :data:`supervision.schema_contract.TABLE_PRIVILEGES`
+    """What the runtime role needs, from :data:`supervision.db.schema_contract.TABLE_PRIVILEGES`
     (the messenger side) and the safetynet schema's own tables and functions; no CREATE
     anywhere, no TRUNCATE, no privilege on a messenger table the contract does not list."""
     from psycopg import sql

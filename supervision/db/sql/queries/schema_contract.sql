@@ -1,5 +1,5 @@
 -- name: schema_contract_columns --
--- The messenger's columns as check-schema compares them with supervision/schema_contract.py:
+-- The messenger's columns as check-schema compares them with supervision/db/schema_contract.py:
 -- the base type's name and kind (a domain is judged by its base type), the declared width
 -- of a varchar/char, NOT NULL, and whether the column fills itself (a default, an
 -- identity or a generated column).
@@ -50,7 +50,7 @@ SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'messenger' AND c.relkind IN ('r', 'p') ORDER BY 1;
 
 -- name: schema_contract_session_settings --
--- The bounds every daemon session asks for in its startup packet (supervision.pgconn): a
+-- The bounds every daemon session asks for in its startup packet (supervision.db.pgconn): a
 -- transaction-mode pooler that drops the startup options leaves them at 0.
 SELECT current_setting('statement_timeout') AS statement_timeout,
        current_setting('idle_in_transaction_session_timeout')

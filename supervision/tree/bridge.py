@@ -10,7 +10,7 @@ costs a few hundred microseconds, so cross once per *batch*, never per message.
 What cancellation does: cancelling the Trio caller cancels the asyncio task (it sees
 ``asyncio.CancelledError`` at its current await), and Trio waits for it to finish.
 
-trio-asyncio is imported through :mod:`supervision.compat`: its latest release does not
+trio-asyncio is imported through :mod:`supervision.tree.compat`: its latest release does not
 import on Python 3.14 by itself.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ParamSpec, TypeVar
 
-from supervision.compat import import_trio_asyncio
+from supervision.tree.compat import import_trio_asyncio
 
 trio_asyncio = import_trio_asyncio()
 

@@ -1,4 +1,4 @@
-"""Named SQL, loaded once: the runtime's from ``supervision/sql/queries/*.sql``, each job's
+"""Named SQL, loaded once: the runtime's from ``supervision/db/sql/queries/*.sql``, each job's
 from its own package (``actors/<job>/sql/*.sql``, through :func:`load_queries`).
 
 Each file holds the queries of one table under ``-- name: <table>_<verb> --`` headers
@@ -34,4 +34,4 @@ def load_queries(package: str, *folder: str) -> dict[str, LiteralString]:
     return queries
 
 
-QUERIES: dict[str, LiteralString] = load_queries("supervision", "sql", "queries")
+QUERIES: dict[str, LiteralString] = load_queries("supervision.db", "sql", "queries")

@@ -15,7 +15,7 @@ shielded child to end on its own, and nobody would stop it).
 Restarts: PERMANENT children restart after any exit, TRANSIENT ones only after a failure,
 TEMPORARY ones never. The strategy picks which siblings restart with the one that exited
 (one_for_one / one_for_all / rest_for_one); siblings are stopped in reverse order and
-started again in order, after a back-off (:class:`~supervision.backoff.Backoff`: full
+started again in order, after a back-off (:class:`~supervision.tree.backoff.Backoff`: full
 jitter over a window that doubles with each restart in the window). More than
 ``max_restarts`` restarts of one child within ``window`` seconds is beyond the restart
 intensity: the supervisor stops every child and raises :class:`RestartIntensityExceeded`,
@@ -40,8 +40,8 @@ import trio
 
 from supervision.errors import SafetynetError
 from supervision.metrics import ACTOR_RESTARTS
-from supervision.shielding import StopGuard, current_guard, guarded_by
-from supervision.spec import ChildSpec, Restart, Strategy, SupervisorSpec
+from supervision.tree.shielding import StopGuard, current_guard, guarded_by
+from supervision.tree.spec import ChildSpec, Restart, Strategy, SupervisorSpec
 
 log = structlog.get_logger("supervision")
 

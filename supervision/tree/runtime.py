@@ -13,7 +13,7 @@ Shutdown, step by step:
 3. A second signal hard-stops at once.
 
 From the first signal (or the root's escalation) on, ``/healthz`` and ``/readyz`` answer
-503 (:data:`~supervision.health.HEALTH`).
+503 (:data:`~supervision.tree.health.HEALTH`).
 
 Once the tree has stopped, the caller's teardown (closing pools) is short and bounded, and
 a late signal must not turn a clean stop into a kill (-15) or a KeyboardInterrupt
@@ -39,7 +39,7 @@ arriving during it runs one more reload after it, and SIGTERM/SIGINT abandon it.
 Under systemd (``Type=notify``, deploy/systemd): READY=1 once every child of the tree has
 started (again after a reload, which first sends RELOADING=1), STOPPING=1 on the first
 signal or an escalation, and, with ``WatchdogSec``, WATCHDOG=1 at half the interval for as
-long as ``/healthz`` would answer 200 (:mod:`supervision.systemd_notify`).
+long as ``/healthz`` would answer 200 (:mod:`supervision.tree.systemd_notify`).
 
 Exit codes: 0 after a graceful stop; 1 when the tree failed (a child beyond its restart
 intensity, logged with the actor's name and last error).
@@ -56,12 +56,12 @@ import attrs
 import structlog
 import trio
 
-from supervision.health import HEALTH, RootState
-from supervision.shielding import StopGuard, guarded_by
-from supervision.spec import SupervisorSpec
-from supervision.supervisor import RestartIntensityExceeded, describe, serve_supervisor
-from supervision.systemd_notify import notify, serve_watchdog, watchdog_interval
-from supervision.systemd_notify import reloading as notify_reloading
+from supervision.tree.health import HEALTH, RootState
+from supervision.tree.shielding import StopGuard, guarded_by
+from supervision.tree.spec import SupervisorSpec
+from supervision.tree.supervisor import RestartIntensityExceeded, describe, serve_supervisor
+from supervision.tree.systemd_notify import notify, serve_watchdog, watchdog_interval
+from supervision.tree.systemd_notify import reloading as notify_reloading
 
 log = structlog.get_logger("runtime")
 
