@@ -28,7 +28,7 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
 # No configuration is baked in: mount one at /etc/safetynet/config.toml (on Kubernetes the
 # ConfigMap of deploy/kubernetes/configmap.yaml) and pass secrets as SAFETYNET__* variables.
 # A baked example would either fail its own check (it names no secrets) or run a daemon
-# against a database nobody chose; tests/unit/test_deploy.py runs `safetynet check-config`
+# against a database nobody chose; tests/unit/house/test_deploy.py runs `safetynet check-config`
 # on any configuration this file copies in.
 
 USER 10001

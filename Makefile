@@ -38,7 +38,7 @@ dev: $(STAMP)
 	$(VENV)/bin/safetynet dev
 
 # The Kubernetes release deploy/kubernetes/ is validated against (kubernetes-validate
-# ships its schemas: no network). tests/unit/test_deploy.py pins the same one.
+# ships its schemas: no network). tests/unit/house/test_deploy.py pins the same one.
 KUBERNETES_VERSION := 1.32.0
 
 # squawk (the PostgreSQL migration linter) reads every step `safetynet migrate` can run, as
@@ -54,7 +54,7 @@ lint: $(STAMP) deploy-check
 
 # deploy/kubernetes: built-in kinds strictly against the pinned release (the two
 # Prometheus Operator CRDs are checked against our schemas of them by
-# tests/unit/test_deploy.py), and the PrometheusRule regenerated from the alert rules.
+# tests/unit/house/test_deploy.py), and the PrometheusRule regenerated from the alert rules.
 deploy-check: $(STAMP)
 	$(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBERNETES_VERSION) deploy/kubernetes/*.yaml
 	$(PY) deploy/kubernetes/generate_prometheusrule.py --check
@@ -110,7 +110,7 @@ bad-input-report: $(STAMP)
 # The console's browser tests, then their screenshots published to docs/console/ (on
 # purpose only: a test run writes them under build/console/ and leaves the tree clean).
 console-screenshots: $(STAMP)
-	$(PY) -m pytest tests/integration/console/test_console_browser.py
+	$(PY) -m pytest tests/integration/app/console/test_console_browser.py
 	mkdir -p docs/console
 	cp build/console/*.png docs/console/
 

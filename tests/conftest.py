@@ -27,10 +27,10 @@ TEST_SECRETS = {"media-bearer-token", "very-secret-key", "hunter2"}
 # an S3 server of their own): under pytest-xdist (`make test`: --dist loadgroup) all their
 # tests run on one worker, so it is built once, not once per worker.
 SHARE_A_WORKER = (
-    "tests/integration/test_dev.py",
-    "tests/integration/test_kafka_security.py",
-    "tests/integration/test_rolling_upgrade.py",
-    "tests/integration/test_s3_cloud_credentials.py",
+    "tests/integration/dev/test_dev.py",
+    "tests/integration/outbox/test_kafka_security.py",
+    "tests/integration/leases/test_rolling_upgrade.py",
+    "tests/integration/s3/test_s3_cloud_credentials.py",
 )
 
 

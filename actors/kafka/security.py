@@ -6,7 +6,7 @@
 'SSLCertVerificationError: certificate verify failed: unable to get local issuer certificate'
 
 What aiokafka 0.14 raises when the broker will not have us (each seen against Tansu
-behind stunnel, see tests/integration/test_kafka_security.py):
+behind stunnel, see tests/integration/outbox/test_kafka_security.py):
 
 * an untrusted broker certificate — ``ssl.SSLCertVerificationError`` from the handshake;
   ``AIOKafkaProducer.start()`` only logs it and raises ``KafkaConnectionError("Unable to

@@ -4,8 +4,8 @@
     python deploy/kubernetes/generate_prometheusrule.py --check   # exit 1 when it is stale
 
 The rule groups are the rule file's, unchanged (one source of truth: promtool's unit
-tests in tests/unit/alert_tests/ test exactly what the operator loads); the manifest
-only wraps them in a PrometheusRule. tests/unit/test_deploy.py fails when the
+tests in tests/unit/house/alert_tests/ test exactly what the operator loads); the manifest
+only wraps them in a PrometheusRule. tests/unit/house/test_deploy.py fails when the
 committed manifest differs from what this prints.
 """
 

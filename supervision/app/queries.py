@@ -5,7 +5,7 @@ The database layer's (:data:`supervision.db.queries.QUERIES`), the app's own
 dev seed's) and each job's (``actors/<job>/sql``) keep separate dictionaries; the app's
 operator views (plan, console, runbook) and the tests that EXPLAIN them look names up across
 all of them. A name is defined once in the house
-(tests/unit/test_queries.py), so the order of the chain never decides anything.
+(tests/unit/db/test_queries.py), so the order of the chain never decides anything.
 """
 
 from __future__ import annotations

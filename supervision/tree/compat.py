@@ -31,7 +31,7 @@ names on 3.14. On 3.11-3.13 nothing is patched. The import also hides the deprec
 warnings trio-asyncio is known to raise while it loads (the child watcher on 3.12-3.13; on
 3.14 the policy system: ``DefaultEventLoopPolicy``, ``get_event_loop_policy``,
 ``set_event_loop_policy``), so ``python -W error`` still starts the daemon.
-``tests/unit/test_compat.py`` takes both names out of a 3.11-3.13 asyncio and proves the
+``tests/unit/tree/test_compat.py`` takes both names out of a 3.11-3.13 asyncio and proves the
 bridge then runs; docs/testing.md lists the Pythons the suites pass on.
 """
 

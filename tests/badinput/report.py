@@ -32,7 +32,7 @@ UNIT_ONLY = [
      " failure from the broker",
      "configuration fault for the topic or the whole producer: nothing dead-lettered, no"
      " attempt counted, readiness 503 (classification unit-tested in"
-     " `tests/unit/test_kafka_producer.py`: Tansu has no ACLs to refuse with)"),
+     " `tests/unit/kafka/test_kafka_producer.py`: Tansu has no ACLs to refuse with)"),
 ]
 
 

@@ -87,7 +87,7 @@ def render(figures: Sequence[Mapping[str, Any]]) -> str:
         verdict = "ok" if f["violations"] == 0 else "**VIOLATED**"
         lines.append(f"| [{f['scenario']}](#{f['scenario']}) | {f['faults']} | "
                      f"{f['violations']} | {f['duration_s']} | {verdict} |")
-    lines += ["", "Process faults covered by `tests/integration/test_shutdown.py` (real"
+    lines += ["", "Process faults covered by `tests/integration/app/test_shutdown.py` (real"
               " `safetynet run` processes; not repeated here, so no figures):", ""]
     lines += [f"* `{name}`: {what}" for name, what in REFERENCED]
     for f in figures:

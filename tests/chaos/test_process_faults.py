@@ -2,7 +2,7 @@
 and replaced by a standby (2 and 3 daemons, no session killed by hand), `kill -9` mid-drain
 then restart, and two or three daemons at once.
 
-Covered elsewhere, not repeated here (tests/integration/test_shutdown.py, real processes):
+Covered elsewhere, not repeated here (tests/integration/app/test_shutdown.py, real processes):
 SIGTERM mid-batch exits 0 within the grace with nothing half done; a second SIGTERM stops
 at once and still leaves nothing half done; an actor that crashes on every start escalates
 to exit 1 with `daemon_failed` naming it.
