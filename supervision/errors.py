@@ -7,6 +7,10 @@ driver's class hierarchy. Each class's docstring is its default message.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 class SafetynetError(Exception):
     """safetynet failed."""
@@ -50,10 +54,28 @@ class WireError(SafetynetError):
     """A line on the S3 worker pipe could not be understood."""
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException | None) -> str:
     """``"<class>: <first line of its message>"``: what a log line or an exit message says
-    about a driver's error (libpq's first line names the cause, e.g. ``SSL error:
-    certificate verify failed``; never a password: libpq does not quote it)."""
+    about an error (libpq's first line names the cause, e.g. ``SSL error: certificate
+    verify failed``; never a password: libpq does not quote it). A group describes its
+    first leaf; no error at all is a child that "exited normally"."""
+    if exc is None:
+        return "exited normally"
+    if isinstance(exc, BaseExceptionGroup):
+        exc = first_leaf(exc, BaseException)
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """Every non-group exception inside *exc*, depth first (*exc* itself if not a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+def first_leaf(group: BaseExceptionGroup[E], kind: type[E]) -> E:
+    """The first exception of *kind* in a (possibly nested) group, as ``except*`` caught it:
+    the one way the house takes an error out of a group."""
+    return next(leaf for leaf in leaves(group) if isinstance(leaf, kind))

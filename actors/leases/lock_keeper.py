@@ -64,6 +64,7 @@ import trio
 
 from actors.leases.lease import (
     DB_ERRORS,
+    Lease,
     LockConnection,
     Loss,
     LossReason,
@@ -74,7 +75,7 @@ from actors.leases.lease import (
     reconnect_backoff,
 )
 from supervision.db.database import Fence
-from supervision.errors import InfrastructureError, LeaseLost, describe
+from supervision.errors import InfrastructureError, LeaseLost, describe, first_leaf
 from supervision.metrics import JOB_PAUSED, LEASE_LOST, LEASE_TERM, LOCK_HELD
 from supervision.tree.backoff import Backoff
 from supervision.tree.ticker import Ticker
@@ -158,6 +159,29 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
                            probe: bool = True) -> CycleOutcome[R]:
     """One tick: take the lease, cycle under the TTL with the watchdog, give it back.
     With *probe* (a tick that was not woken), the job's idle probe may skip it first."""
+    taken = await _take_lease(job, lock, probe)
+    if isinstance(taken, CycleOutcome):
+        return taken
+    lease = taken
+    run_id = str(uuid.uuid4())
+    LOCK_HELD.labels(job=job.name).set(1)
+    LEASE_TERM.labels(job=job.name).set(lease.term)
+    _log_take_over(job, lock, lease)
+    watch = _Watch(job, lock, lease)
+    try:
+        with structlog.contextvars.bound_contextvars(job=job.name, job_run_id=run_id):
+            result = await watch.run_cycle(run_id)
+    finally:
+        LOCK_HELD.labels(job=job.name).set(0)
+        with trio.CancelScope(shield=True):
+            await give_back(lock, job, lease, watch.loss)
+    return watch.outcome(run_id, result)
+
+
+async def _take_lease(job: LockedJob[R], lock: LockConnection,
+                      probe: bool) -> Lease | CycleOutcome[R]:
+    """The tick's lease, or why the tick ends here: the lock connection failed, the job
+    is paused, the idle probe found nothing to do, or another process holds the lease."""
     idle = False
     try:
         pause = await lock.pause(job)
@@ -186,56 +210,66 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
     if lease is None:
         log.info("cycle_skipped_locked", job=job.name)
         return CycleOutcome(CycleStatus.SKIPPED_LOCKED)
+    return lease
 
-    run_id = str(uuid.uuid4())
-    LOCK_HELD.labels(job=job.name).set(1)
-    LEASE_TERM.labels(job=job.name).set(lease.term)
+
+def _log_take_over(job: LockedJob[Any], lock: LockConnection, lease: Lease) -> None:
+    """The previous holder did not give the lease back: it froze past its TTL, or is gone."""
     taken_over = lease.previous_state is not PreviousState.RELEASED
     if taken_over and lease.previous_holder not in (None, lock.holder):
-        # the previous holder did not give it back: it froze past its TTL, or it is gone
         log.warning("lease_taken_over", job=job.name, term=lease.term,
                     previous_holder=lease.previous_holder, how=lease.previous_state)
+
+
+@attrs.define
+class _Watch(Generic[R]):
+    """One cycle under its lease: the cycle in a scope bounded by ``lock_ttl``, beside the
+    watchdog that keeps the lease and cancels the scope the moment it is lost."""
+
+    job: LockedJob[R]
+    lock: LockConnection
+    lease: Lease
     lost: CycleStatus | None = None
     loss: Loss | None = None
-    result: R | None = None
-    try:
-        with structlog.contextvars.bound_contextvars(job=job.name, job_run_id=run_id):
-            try:
-                async with trio.open_nursery() as nursery:
-                    with trio.move_on_after(job.lock_ttl) as ttl_scope:
+    overran: bool = False
 
-                        async def watchdog() -> None:
-                            nonlocal lost, loss
-                            loss = await keep(lock, job, lease)
-                            if loss.reason is LossReason.RENEWAL_REFUSED:
-                                log.error("lease_lost", term=lease.term, reason=loss.reason)
-                                lost = CycleStatus.LEASE_LOST
-                            else:
-                                log.error("lock_lost", error=loss.error)
-                                lost = CycleStatus.LOST_LOCK
-                            ttl_scope.cancel()
+    async def run_cycle(self, run_id: str) -> R | None:
+        result: R | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                with trio.move_on_after(self.job.lock_ttl) as ttl_scope:
+                    nursery.start_soon(self.watchdog, ttl_scope)
+                    result = await self.job.cycle(
+                        CycleContext(self.job.name, run_id, self.lease.fence))
+                nursery.cancel_scope.cancel()
+        except* LeaseLost as group:
+            self.lost = CycleStatus.LEASE_LOST
+            log.error("lease_lost", term=self.lease.term, reason="fenced_write_rejected",
+                      error=describe(first_leaf(group, LeaseLost))[:200])
+        if self.lost is CycleStatus.LEASE_LOST:
+            LEASE_LOST.labels(job=self.job.name).inc()
+        self.overran = ttl_scope.cancelled_caught
+        if self.overran and self.lost is None:
+            log.error("cycle_overran", lock_ttl_s=self.job.lock_ttl)
+        return result
 
-                        nursery.start_soon(watchdog)
-                        result = await job.cycle(
-                            CycleContext(job.name, run_id, lease.fence))
-                    nursery.cancel_scope.cancel()
-            except* LeaseLost as group:
-                lost = CycleStatus.LEASE_LOST
-                log.error("lease_lost", term=lease.term, reason="fenced_write_rejected",
-                          error=str(group.exceptions[0])[:200])
-            if lost is CycleStatus.LEASE_LOST:
-                LEASE_LOST.labels(job=job.name).inc()
-            if ttl_scope.cancelled_caught and lost is None:
-                log.error("cycle_overran", lock_ttl_s=job.lock_ttl)
-    finally:
-        LOCK_HELD.labels(job=job.name).set(0)
-        with trio.CancelScope(shield=True):
-            await give_back(lock, job, lease, loss)
-    if lost is not None:  # the driver's error class when the session failed (a timeout, ...)
-        return CycleOutcome(lost, run_id, error=loss.error if loss is not None else None)
-    if ttl_scope.cancelled_caught:
-        return CycleOutcome(CycleStatus.OVERRAN, run_id)
-    return CycleOutcome(CycleStatus.RAN, run_id, result)
+    async def watchdog(self, ttl_scope: trio.CancelScope) -> None:
+        self.loss = await keep(self.lock, self.job, self.lease)
+        if self.loss.reason is LossReason.RENEWAL_REFUSED:
+            log.error("lease_lost", term=self.lease.term, reason=self.loss.reason)
+            self.lost = CycleStatus.LEASE_LOST
+        else:
+            log.error("lock_lost", error=self.loss.error)
+            self.lost = CycleStatus.LOST_LOCK
+        ttl_scope.cancel()
+
+    def outcome(self, run_id: str, result: R | None) -> CycleOutcome[R]:
+        if self.lost is not None:  # the driver's error class when the session failed
+            return CycleOutcome(self.lost, run_id,
+                                error=self.loss.error if self.loss is not None else None)
+        if self.overran:
+            return CycleOutcome(CycleStatus.OVERRAN, run_id)
+        return CycleOutcome(CycleStatus.RAN, run_id, result)
 
 
 async def _idle(job: LockedJob[Any]) -> bool:
@@ -270,7 +304,7 @@ async def serve_lock_keeper(
                 # try again rather than crash-loop (bugs still crash and restart the keeper).
                 failed_cycles += 1
                 log.warning("cycle_failed", job=job.name, failures=failed_cycles,
-                            error=str(group.exceptions[0])[:200])
+                            error=describe(first_leaf(group, InfrastructureError))[:200])
                 outcome = CycleOutcome(CycleStatus.INFRASTRUCTURE_ERROR)
             else:
                 failed_cycles = 0

@@ -25,7 +25,7 @@ from supervision.app.settings import load_config
 from supervision.app.terminal import cell, printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.config import EXIT_CONFIG, config_paths, redacted
-from supervision.errors import ConfigError, SafetynetError, describe
+from supervision.errors import ConfigError, SafetynetError, describe, leaves
 from supervision.jobs import Job
 from supervision.secrets import secrets_in
 
@@ -178,7 +178,7 @@ def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
     except* ConfigError as group:
         problems = _problems(group)
     except* (SafetynetError, psycopg.Error, OSError, RuntimeError) as group:
-        failure = _first_error(group)
+        failure = describe(group)
     _exit_if_misconfigured(problems)
     if failure is not None:
         fail(failure, cfg=cfg)
@@ -186,13 +186,7 @@ def run_once(job: Job, config_files: tuple[Path, ...]) -> None:
 
 
 def _problems(group: BaseExceptionGroup[ConfigError]) -> list[str]:
-    return [p for exc in _leaves(group) if isinstance(exc, ConfigError) for p in exc.problems]
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
+    return [p for exc in leaves(group) if isinstance(exc, ConfigError) for p in exc.problems]
 
 
 def _exit_if_misconfigured(problems: list[str]) -> None:
@@ -201,13 +195,6 @@ def _exit_if_misconfigured(problems: list[str]) -> None:
         for problem in problems:
             click.echo(f"config error: {problem}", err=True)
         sys.exit(EXIT_CONFIG)
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> str:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
 
 
 @main.command()

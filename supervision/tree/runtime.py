@@ -50,16 +50,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import attrs
 import structlog
 import trio
 
+from supervision.errors import describe, first_leaf
 from supervision.tree.health import HEALTH, RootState
 from supervision.tree.shielding import StopGuard, guarded_by
 from supervision.tree.spec import SupervisorSpec
-from supervision.tree.supervisor import RestartIntensityExceeded, describe, serve_supervisor
+from supervision.tree.supervisor import RestartIntensityExceeded, serve_supervisor
 from supervision.tree.systemd_notify import notify, serve_watchdog, watchdog_interval
 from supervision.tree.systemd_notify import reloading as notify_reloading
 
@@ -109,109 +110,16 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
                      reload: Reload | None = None) -> int:
     """Run *tree* until a signal stops it (0) or it fails (1); with *reload*, SIGHUP
     swaps the tree for the one *reload* returns (see the module docstring)."""
-    guard = StopGuard()
-    failure: RestartIntensityExceeded | None = None
     HEALTH.set_root(RootState.RUNNING)
+    root = _Root(tree, shutdown_grace, reload)
     signums = (*SHUTDOWN_SIGNALS, RELOAD_SIGNAL) if reload is not None else SHUTDOWN_SIGNALS
-
-    def escalating(exc: RestartIntensityExceeded) -> None:
-        HEALTH.set_root(RootState.ESCALATING, f"{exc.actor} exceeded its restart intensity")
-        notify("STOPPING=1", f"STATUS={exc.actor} exceeded its restart intensity")
+    failure: RestartIntensityExceeded | None = None
     try:
-        with guarded_by(guard), trio.open_signal_receiver(*signums) as signals:
+        with guarded_by(root.guard), trio.open_signal_receiver(*signums) as signals:
             async with trio.open_nursery() as nursery:
-                current = _Generation(tree, guard.child())
-                shutting_down = trio.Event()  # set by the signal loop, read by run_trees
-
-                async def run_trees() -> None:
-                    nonlocal current
-                    while True:
-                        try:
-                            with current.scope, guarded_by(current.guard):
-                                await serve_supervisor(current.spec, on_escalation=escalating,
-                                                       task_status=_TreeRunning(current.spec))
-                        finally:
-                            current.guard.detach()
-                            current.done.set()
-                        if shutting_down.is_set() or current.successor is None:
-                            break
-                        successor = current.successor
-                        spec = await successor()
-                        while current.successor is not successor:  # a SIGHUP meanwhile
-                            successor = current.successor
-                            spec = await successor()
-                        if shutting_down.is_set():
-                            break
-                        current = _Generation(spec, guard.child())
-                        log.info("tree_restarted", supervisor=current.spec.name)
-                    nursery.cancel_scope.cancel()
-
-                async def hard_stop_after_grace() -> None:
-                    await trio.sleep(shutdown_grace)
-                    if guard.in_flight:
-                        log.warning("shutdown_grace_expired", in_flight=guard.in_flight)
-                    guard.hard_stop()
-
-                async def hard_stop_generation_after_grace(old: _Generation) -> None:
-                    with trio.move_on_after(shutdown_grace) as waited:
-                        await old.done.wait()
-                    if waited.cancelled_caught:
-                        log.warning("reload_grace_expired", in_flight=old.guard.in_flight)
-                        old.guard.hard_stop()
-
-                reload_scope = trio.CancelScope()
-                reload_state = {"running": False, "again": False}
-
-                async def run_reloads() -> None:
-                    """Reloads one after another while SIGHUPs came in meanwhile; in a
-                    task of its own, so the signal loop goes on (a SIGTERM cancels it)."""
-                    assert reload is not None
-                    with reload_scope:
-                        while True:
-                            reload_state["again"] = False
-                            successor = await reload()
-                            if successor is not None and not shutting_down.is_set():
-                                stopping = current.successor is not None
-                                current.successor = successor
-                                notify_reloading()  # READY=1 again once the new tree runs
-                                if not stopping:
-                                    current.scope.cancel()
-                                    nursery.start_soon(hard_stop_generation_after_grace,
-                                                       current)
-                            if not reload_state["again"] or shutting_down.is_set():
-                                break
-                    reload_state["running"] = False
-
-                nursery.start_soon(run_trees)
-                watchdog = watchdog_interval()
-                if watchdog is not None:  # systemd's WatchdogSec (deploy/systemd)
-                    nursery.start_soon(serve_watchdog, _healthy, watchdog)
-                log.info("daemon_started", supervisor=tree.name)
-                async for signum in signals:
-                    name = signal.Signals(signum).name
-                    if signum == RELOAD_SIGNAL:
-                        if shutting_down.is_set():
-                            log.info("reload_ignored", signal=name, reason="shutting down")
-                        elif reload_state["running"]:  # one more once this one is done
-                            reload_state["again"] = True
-                        else:
-                            reload_state["running"] = True
-                            reload_scope = trio.CancelScope()
-                            nursery.start_soon(run_reloads)
-                    elif not shutting_down.is_set():
-                        shutting_down.set()
-                        reload_scope.cancel()  # a reload still reading is abandoned
-                        log.info("shutdown_requested", signal=name,
-                                 grace_s=shutdown_grace)
-                        HEALTH.set_root(RootState.SHUTTING_DOWN, name)
-                        notify("STOPPING=1", f"STATUS=stopping on {name}")
-                        current.scope.cancel()
-                        nursery.start_soon(hard_stop_after_grace)
-                    else:
-                        log.warning("shutdown_forced", signal=name, in_flight=guard.in_flight)
-                        guard.hard_stop()
+                await root.serve(nursery, signals)
     except* RestartIntensityExceeded as group:
-        failure = _first_leaf(group)
+        failure = first_leaf(group, RestartIntensityExceeded)
     finally:
         if _QUIET_TEARDOWN.get():  # quiet_teardown() puts the handlers back after it
             for signum in (*SHUTDOWN_SIGNALS, RELOAD_SIGNAL):
@@ -222,6 +130,137 @@ async def serve_root(tree: SupervisorSpec, shutdown_grace: float,
         return EXIT_FAILED
     log.info("daemon_stopped")
     return EXIT_OK
+
+
+@attrs.define(eq=False)
+class _Root:
+    """The root's state while it serves: the tree running now (a generation), the signal
+    loop's decisions, and the reload task's two flags."""
+
+    tree: SupervisorSpec
+    shutdown_grace: float
+    reload: Reload | None
+    guard: StopGuard = attrs.field(factory=StopGuard)
+    current: _Generation = attrs.field(init=False)
+    shutting_down: trio.Event = attrs.field(factory=trio.Event)
+    reload_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    reload_running: bool = False
+    reload_again: bool = False  # a SIGHUP came in while a reload was running
+    nursery: trio.Nursery = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.current = _Generation(self.tree, self.guard.child())
+
+    async def serve(self, nursery: trio.Nursery,
+                    signals: AsyncIterator[int]) -> None:
+        self.nursery = nursery
+        nursery.start_soon(self.run_trees)
+        watchdog = watchdog_interval()
+        if watchdog is not None:  # systemd's WatchdogSec (deploy/systemd)
+            nursery.start_soon(serve_watchdog, _healthy, watchdog)
+        log.info("daemon_started", supervisor=self.tree.name)
+        async for signum in signals:
+            if signum == RELOAD_SIGNAL:
+                self.on_reload_signal()
+            else:
+                self.on_stop_signal(signal.Signals(signum).name)
+
+    def escalating(self, exc: RestartIntensityExceeded) -> None:
+        HEALTH.set_root(RootState.ESCALATING, f"{exc.actor} exceeded its restart intensity")
+        notify("STOPPING=1", f"STATUS={exc.actor} exceeded its restart intensity")
+
+    async def run_trees(self) -> None:
+        """The current tree, then each successor a reload handed over, until shutdown."""
+        while True:
+            current = self.current
+            try:
+                with current.scope, guarded_by(current.guard):
+                    await serve_supervisor(current.spec, on_escalation=self.escalating,
+                                           task_status=_TreeRunning(current.spec))
+            finally:
+                current.guard.detach()
+                current.done.set()
+            if self.shutting_down.is_set() or current.successor is None:
+                break
+            spec = await self.next_spec(current)
+            if self.shutting_down.is_set():
+                break
+            self.current = _Generation(spec, self.guard.child())
+            log.info("tree_restarted", supervisor=spec.name)
+        self.nursery.cancel_scope.cancel()
+
+    @staticmethod
+    async def next_spec(ended: _Generation) -> SupervisorSpec:
+        """The ended tree's successor built; a SIGHUP meanwhile replaced it: build that."""
+        successor = ended.successor
+        assert successor is not None
+        spec = await successor()
+        while ended.successor is not successor:
+            successor = ended.successor
+            assert successor is not None
+            spec = await successor()
+        return spec
+
+    def on_reload_signal(self) -> None:
+        if self.shutting_down.is_set():
+            log.info("reload_ignored", signal=RELOAD_SIGNAL.name, reason="shutting down")
+        elif self.reload_running:  # one more once this one is done
+            self.reload_again = True
+        else:
+            self.reload_running = True
+            self.reload_scope = trio.CancelScope()
+            self.nursery.start_soon(self.run_reloads)
+
+    def on_stop_signal(self, name: str) -> None:
+        if self.shutting_down.is_set():
+            log.warning("shutdown_forced", signal=name, in_flight=self.guard.in_flight)
+            self.guard.hard_stop()
+            return
+        self.shutting_down.set()
+        self.reload_scope.cancel()  # a reload still reading is abandoned
+        log.info("shutdown_requested", signal=name, grace_s=self.shutdown_grace)
+        HEALTH.set_root(RootState.SHUTTING_DOWN, name)
+        notify("STOPPING=1", f"STATUS=stopping on {name}")
+        self.current.scope.cancel()
+        self.nursery.start_soon(self.hard_stop_after_grace)
+
+    async def run_reloads(self) -> None:
+        """Reloads one after another while SIGHUPs came in meanwhile; in a task of its
+        own, so the signal loop goes on (a SIGTERM cancels it)."""
+        assert self.reload is not None
+        with self.reload_scope:
+            while True:
+                self.reload_again = False
+                successor = await self.reload()
+                if successor is not None and not self.shutting_down.is_set():
+                    self.hand_over(successor)
+                if not self.reload_again or self.shutting_down.is_set():
+                    break
+        self.reload_running = False
+
+    def hand_over(self, successor: Successor) -> None:
+        """The running tree stops softly (hard after the grace) and *successor* follows;
+        a tree already stopping for an earlier reload just gets the newer successor."""
+        current = self.current
+        stopping = current.successor is not None
+        current.successor = successor
+        notify_reloading()  # READY=1 again once the new tree runs
+        if not stopping:
+            current.scope.cancel()
+            self.nursery.start_soon(self.hard_stop_generation_after_grace, current)
+
+    async def hard_stop_after_grace(self) -> None:
+        await trio.sleep(self.shutdown_grace)
+        if self.guard.in_flight:
+            log.warning("shutdown_grace_expired", in_flight=self.guard.in_flight)
+        self.guard.hard_stop()
+
+    async def hard_stop_generation_after_grace(self, old: _Generation) -> None:
+        with trio.move_on_after(self.shutdown_grace) as waited:
+            await old.done.wait()
+        if waited.cancelled_caught:
+            log.warning("reload_grace_expired", in_flight=old.guard.in_flight)
+            old.guard.hard_stop()
 
 
 @attrs.frozen
@@ -237,11 +276,3 @@ class _TreeRunning:
 def _healthy() -> bool:
     """The watchdog's check: the one ``/healthz`` answers (the root runs the tree)."""
     return HEALTH.liveness_reason() is None
-
-
-def _first_leaf(group: BaseExceptionGroup[RestartIntensityExceeded]) -> RestartIntensityExceeded:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    assert isinstance(exc, RestartIntensityExceeded)
-    return exc

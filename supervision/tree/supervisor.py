@@ -38,7 +38,7 @@ import attrs
 import structlog
 import trio
 
-from supervision.errors import SafetynetError
+from supervision.errors import SafetynetError, describe
 from supervision.metrics import ACTOR_RESTARTS
 from supervision.tree.shielding import StopGuard, current_guard, guarded_by
 from supervision.tree.spec import ChildSpec, Restart, Strategy, SupervisorSpec
@@ -58,14 +58,6 @@ class RestartIntensityExceeded(SafetynetError):
             f"supervisor {supervisor}: child {child} exceeded its restart intensity; "
             f"last error: {describe(last_error)}"
         )
-
-
-def describe(error: BaseException | None) -> str:
-    if error is None:
-        return "exited normally"
-    if isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        return describe(error.exceptions[0])
-    return f"{type(error).__name__}: {error}"
 
 
 @attrs.define(eq=False)
