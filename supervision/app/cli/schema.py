@@ -1,0 +1,80 @@
+"""The schema's verbs: ``migrate`` (online, versioned) and ``check-schema`` (the
+messenger's tables against the contract)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from supervision.app.cli.group import EXIT_SLO, config_option, main
+from supervision.app.terminal import printable
+from supervision.app.verbs import fail, load_or_exit
+from supervision.errors import SafetynetError
+from supervision.secrets import secrets_in
+
+
+@main.command()
+@config_option
+@click.option("--print-sql", is_flag=True,
+              help="Print what would run against this database now, and run nothing.")
+@click.option("--safetynet-only", is_flag=True,
+              help="Only the safetynet schema: no index or trigger on a messenger table.")
+@click.option("--messenger-fixture", is_flag=True,
+              help="Demo/test databases only: first create the messenger's tables from the "
+              "fixture the project ships (refused when any exists).")
+@click.option("--grant-to", metavar="ROLE",
+              help="Then grant the existing ROLE exactly what the runtime needs.")
+def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: bool,
+            messenger_fixture: bool, grant_to: str | None) -> None:
+    """Create or update the safetynet schema and its indexes on the messenger's tables
+    (online: CONCURRENTLY, short lock_timeout, retried); never a messenger table."""
+    cfg = load_or_exit(config_files)
+    from supervision.db import migrate as m
+    from supervision.db.pgconn import conninfo
+    from supervision.logs import configure_logging  # structlog: only the verbs that log
+
+    # stderr: a lock_timeout retry (stamina's retry_scheduled) is logged, stdout stays the
+    # list of steps (or the --print-sql script)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
+    dsn = conninfo(cfg.postgres, m.APPLICATION_NAME)
+    options = m.Options(safetynet_only=safetynet_only,
+                        notify_trigger=cfg.outbox_relay.wakeup == "notify")
+    try:
+        if print_sql:
+            click.echo(m.print_sql(dsn, options), nl=False)
+            return
+        if messenger_fixture:
+            m.apply_messenger_fixture(dsn)
+            click.echo("created the messenger fixture's tables")
+        applied = m.migrate(dsn, options)
+        granted = m.grant(dsn, grant_to) if grant_to else []
+    except SafetynetError as exc:
+        fail(str(exc), cfg=cfg)
+    for step in applied:
+        click.echo(f"applied {step.label}")
+    if not applied:
+        click.echo("schema is up to date")
+    for statement in granted:
+        click.echo(statement)
+
+
+@main.command("check-schema")
+@config_option
+def check_schema(config_files: tuple[Path, ...]) -> None:
+    """Compare the messenger's tables with the contract safetynet relies on: one line per
+    problem with the DDL that fixes it; exit 0 compatible, 2 not (warnings alone: 0)."""
+    from supervision.db import migrate as m
+    from supervision.db.pgconn import conninfo
+
+    cfg = load_or_exit(config_files)
+    try:
+        report = m.schema_report(conninfo(cfg.postgres, m.APPLICATION_NAME))
+    except SafetynetError as exc:
+        fail(str(exc), cfg=cfg)
+    for line in report.lines():
+        click.echo(printable(line))
+    if report.blocking:
+        sys.exit(EXIT_SLO)
+    click.echo("schema is compatible" + (" (with warnings)" if report.lines() else ""))
