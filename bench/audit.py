@@ -12,7 +12,7 @@ and with ``--plans`` prints each query's ``EXPLAIN (ANALYZE, BUFFERS)`` plan
 (docs/operations.md quotes them).
 Target: < 50 ms per actor run.
 
-It starts its own PostgreSQL (``supervision.dev.stack.PostgresServer`` in a temp dir) and
+It starts its own PostgreSQL (``supervision.dev.postgres.PostgresServer`` in a temp dir) and
 always stops it. Run:
 
     .venv/bin/python bench/audit.py [--recordings 1000000] [--rounds 21] [--plans]
@@ -39,7 +39,7 @@ from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import config_from_dict
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import PostgresServer
+from supervision.dev.postgres import PostgresServer
 
 SEED = """
 INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type, trigger,

@@ -20,7 +20,7 @@ and prints the medians and their ratios (target: cycle < 10 x floor (same writes
 < 0.5 s). Cycle and floors are measured interleaved in the same run, so background load
 affects them alike (the cycle, being multi-threaded Python with HTTP, somewhat more).
 
-It starts its own PostgreSQL (``supervision.dev.stack.PostgresServer`` in a temp dir:
+It starts its own PostgreSQL (``supervision.dev.postgres.PostgresServer`` in a temp dir:
 loopback TCP, fsync and synchronous_commit off) and the media stand-in
 (``tests/media_stub.py``) as a separate process, and always stops both. Run:
 
@@ -53,7 +53,7 @@ from actors.reaper.recorder_signal import open_media_client
 from supervision.app.settings import config_from_dict
 from supervision.db.database import open_database
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import PostgresServer
+from supervision.dev.postgres import PostgresServer
 from supervision.jobs import Job
 from supervision.logs import configure_logging
 

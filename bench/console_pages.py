@@ -43,7 +43,8 @@ from supervision.app.settings import config_from_dict
 from supervision.db.database import open_database
 from supervision.db.migrate import install_demo
 from supervision.db.pgconn import conninfo
-from supervision.dev.stack import PostgresServer, start_all, stop_all
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.processes import start_all, stop_all
 from tests.messenger import PREFIX
 
 SHAPE = """

@@ -61,14 +61,11 @@ from bench.recording_finalize import (  # noqa: E402
     upload,
 )
 from supervision.db.migrate import install_demo  # noqa: E402
-from supervision.dev.stack import (  # noqa: E402
-    KafkaServer,
-    PostgresServer,
-    S3Server,
-    free_ports,
-    start_all,
-    stop_all,
-)
+from supervision.dev.kafka import KafkaServer  # noqa: E402
+from supervision.dev.ports import free_ports  # noqa: E402
+from supervision.dev.postgres import PostgresServer  # noqa: E402
+from supervision.dev.processes import start_all, stop_all  # noqa: E402
+from supervision.dev.s3 import S3Server  # noqa: E402
 from tests.messenger import PREFIX  # noqa: E402
 
 WORKER = "actors.s3.worker"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _measure import tree_cpu
 
-from supervision.dev.stack import DEV_SCRAM_ITERATIONS, PostgresServer
+from supervision.dev.postgres import DEV_SCRAM_ITERATIONS, PostgresServer
 
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's own scram_iterations
 

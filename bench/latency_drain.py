@@ -80,7 +80,9 @@ from bench.recording_finalize import (
 )
 from supervision.app.settings import Config
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.processes import start_all, stop_all
+from supervision.dev.s3 import S3Server
 from supervision.logs import configure_logging
 from tests.messenger import PREFIX
 

@@ -1,7 +1,7 @@
 """Does `safetynet migrate` stall the messenger's writers? And does outbox retention keep up?
 
 A benchmark (not a test), issue 28 items 3 and 7. It starts its own PostgreSQL
-(``supervision.dev.stack.PostgresServer`` in a temp dir, always stopped), creates the
+(``supervision.dev.postgres.PostgresServer`` in a temp dir, always stopped), creates the
 messenger's tables from the fixture (SPEC §2, with its own indexes) and seeds, set-based,
 1,000,000 recordings and a 1,000,000-row outbox (95 % published a month ago), ANALYZE.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.db.migrate import apply_messenger_fixture, migrate
-from supervision.dev.stack import PostgresServer
+from supervision.dev.postgres import PostgresServer
 
 SEED = """
 INSERT INTO messenger.call_recordings (id, session_kind, session_id, media_type, trigger,

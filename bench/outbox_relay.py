@@ -90,7 +90,9 @@ from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config, config_from_dict
 from supervision.app.tree import relay_locked_job
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.processes import start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.tree.bridge import run_asyncio

@@ -44,7 +44,9 @@ from bench.outbox_relay import Workload
 from supervision.app.daemon import run_once
 from supervision.app.settings import Config, config_from_dict
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import KafkaServer, PostgresServer, start_all, stop_all
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.processes import start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging
 from tests.tls_terminator import make_pki, open_tls_kafka

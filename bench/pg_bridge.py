@@ -17,7 +17,7 @@ the Trio scope is cancelled after 0.1 s: soft (abandon_on_cancel=False: Trio wai
 transaction commits) and hard (the cancellation also calls conn.cancel_safe(): the server
 aborts the statement, the thread gets QueryCanceled and rolls back).
 
-It starts its own PostgreSQL (supervision.dev.stack.PostgresServer: loopback TCP, fsync and
+It starts its own PostgreSQL (supervision.dev.postgres.PostgresServer: loopback TCP, fsync and
 synchronous_commit off, so commits are cheap and the numbers mostly show round trips and
 bridge overhead) and always stops it.  Run:
 
@@ -46,7 +46,7 @@ import psycopg  # noqa: E402
 import trio  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from supervision.dev.stack import PostgresServer  # noqa: E402
+from supervision.dev.postgres import PostgresServer  # noqa: E402
 
 SCHEMA = """
 CREATE TABLE rec (id uuid PRIMARY KEY, status varchar(16) NOT NULL, file_id text,

@@ -64,7 +64,9 @@ from bench._measure import CpuMeter, spread
 from bench.recording_finalize import BUCKET, RESET, SEED, rid, upload
 from supervision.app.settings import config_from_dict
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import PostgresServer, S3Server, start_all, stop_all
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.processes import start_all, stop_all
+from supervision.dev.s3 import S3Server
 from supervision.jobs import Job
 from supervision.logs import configure_logging
 from tests.chaos.daemon import Daemon

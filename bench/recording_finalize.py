@@ -100,7 +100,9 @@ from supervision.app.daemon import open_resources
 from supervision.app.resources import POOL_SIZE
 from supervision.app.settings import Config, config_from_dict
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import PostgresServer, S3Server, pg_bin_dir, start_all, stop_all
+from supervision.dev.postgres import PostgresServer, pg_bin_dir
+from supervision.dev.processes import start_all, stop_all
+from supervision.dev.s3 import S3Server
 from supervision.logs import configure_logging
 from tests.messenger import PREFIX
 

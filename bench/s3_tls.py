@@ -32,7 +32,7 @@ import recording_finalize as rf
 
 from supervision.app.settings import Config
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import PostgresServer
+from supervision.dev.postgres import PostgresServer
 from supervision.logs import configure_logging
 from tests.messenger import PREFIX
 from tests.secure_s3 import SecureS3, open_secure_s3

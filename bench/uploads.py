@@ -28,7 +28,8 @@ from httpx_auth import AWS4Auth
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._measure import CpuMeter
-from supervision.dev.stack import S3Server, start_all, stop_all
+from supervision.dev.processes import start_all, stop_all
+from supervision.dev.s3 import S3Server
 from supervision.dev.uploads import Upload, object_headers
 
 BUCKET = "bench-uploads"

@@ -166,7 +166,7 @@ def secrets_in(obj: Any) -> set[str]:
 # credentials whatever their value: key=value (libpq and query strings), URL userinfo,
 # and psycopg's "invalid percent-encoded token" message, which quotes the password
 _PATTERNS = (
-    (re.compile(r"(\b\w*(?:password|secret|token|key|signature|credential|authorization)"
+    (re.compile(rf"(\b\w*(?:{'|'.join(SCRUBBED_KEY_WORDS)})"
                 r"\w*\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)", re.IGNORECASE),
      rf"\g<1>{REDACTED}"),
     # an HTTP header as a client library may quote it: "Authorization: Bearer abc"

@@ -13,7 +13,9 @@ from psycopg import sql
 
 from supervision.app.settings import Config, config_from_dict
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import KafkaServer, PostgresServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.s3 import S3Server
 from supervision.logs import configure_logging
 from supervision.metrics import LEADER_GAUGES
 from supervision.tree.health import HEALTH, RootState

@@ -50,7 +50,7 @@ import attrs
 import pytest
 import trio
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from supervision.dev.uploads import Upload, object_headers
 
 SLOW_DOWN = {"x-amz-error-code": "SlowDown"}

@@ -19,7 +19,7 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 
 BUCKET = "call-recordings"
 PREFIX = "call-recordings/"

@@ -35,7 +35,8 @@ import trustme
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 
 ROLE_ARN = "arn:aws:iam::role/SafetynetRecordings"
 OIDC_ISSUER = "https://oidc.safetynet.test"

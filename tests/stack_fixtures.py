@@ -19,16 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from supervision.dev.stack import (
-    DevStack,
-    KafkaServer,
-    PostgresServer,
-    S3Server,
-    ServerTls,
-    start_all,
-    stop_all,
-    system_pg_bin_dir,
-)
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.postgres import PostgresServer, ServerTls, system_pg_bin_dir
+from supervision.dev.processes import start_all, stop_all
+from supervision.dev.s3 import S3Server
+from supervision.dev.stack import DevStack
 from tests.logscan import KNOWN_SECRETS
 from tests.pki import PrivateCa
 

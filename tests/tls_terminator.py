@@ -23,7 +23,8 @@ import attrs
 import pytest
 import trustme
 
-from supervision.dev.stack import KafkaServer, free_ports
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.ports import free_ports
 from tests.waiting import wait_until
 
 

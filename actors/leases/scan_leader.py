@@ -76,6 +76,13 @@ def scan_lease(interval: float = 5.0, lock_ttl: float = 30.0) -> LockedJob[None]
     return LockedJob(SCAN_LEASE, interval, lock_ttl, no_cycle, ping_interval=1.0)
 
 
+def stand_by() -> None:
+    """This process exports none of the database-wide gauges until its scan leader leads:
+    called when a tree is built, before its exporter starts (the scan leader alone sets
+    and clears :data:`~supervision.metrics.LEADER_GAUGES`' standby)."""
+    LEADER_GAUGES.standby = True
+
+
 async def serve_scan_leader(
     lease: LockedJob[Any], dsn: str, work: Work, *, deadline: float | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -83,7 +90,7 @@ async def serve_scan_leader(
     """Lead the scans whenever this process holds *lease*, stand by otherwise, until
     cancelled."""
     lock = LockConnection(dsn, deadline)
-    LEADER_GAUGES.standby = True
+    stand_by()
     LOCK_HELD.labels(job=lease.name).set(0)
     task_status.started()
     failures = 0

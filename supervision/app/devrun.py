@@ -45,8 +45,9 @@ from supervision.app.console.commands import serve_console
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config, load_config
 from supervision.db.migrate import install_demo, migrate
+from supervision.dev.ports import free_ports
 from supervision.dev.proxy import OutageProxy
-from supervision.dev.stack import DevStack, free_ports, open_dev_stack
+from supervision.dev.stack import DevStack, open_dev_stack
 from supervision.dev.uploads import Upload, object_headers
 from supervision.jobs import Job
 from supervision.logs import configure_logging
@@ -213,62 +214,89 @@ def view(base: dict[str, float], remaining: dict[str, int], note: str) -> Table:
     return table
 
 
-async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
-    from supervision.app.daemon import run_daemon
+@attrs.define
+class _Daemon:
+    """The demo's daemon, run as a task: its exit code once it returns."""
 
+    cfg: Config
+    done: trio.Event = attrs.field(factory=trio.Event)
+    exit_code: int = 0
+
+    async def run(self) -> None:
+        from supervision.app.daemon import run_daemon
+
+        self.exit_code = await run_daemon(self.cfg)
+        self.done.set()
+
+
+async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
     assert stack.s3 is not None
     host, port = stack.s3.endpoint_url.removeprefix("http://").split(":")
     proxy = OutageProxy(host, int(port))
     console = Console(stderr=False)
-    exit_code = 0
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         password = secrets.token_urlsafe(12)  # this demo's only; printed below, loopback
         layer = write_layer(stack, base_dir, proxy.url, password)
         cfg = load_dev_config(layer)
-        dsn = cfg.postgres.dsn.reveal()
         nursery.start_soon(partial(serve_console, cfg, signals=False))
-        console.print(f"  postgres  {redact_dsn(dsn)}\n  kafka     "
-                      f"{stack.endpoints().kafka_bootstrap}\n  s3        "
-                      f"{stack.s3.endpoint_url} (bucket {BUCKET}, via outage proxy {proxy.url})"
-                      f"\n  metrics   http://{cfg.http.listen}/metrics\n  config    {layer}"
-                      f"\n  console   http://{cfg.console.listen}/  (user {CONSOLE_USER}, "
-                      f"password {password}; actions allowed)", markup=False)
+        _print_addresses(console, stack, proxy, cfg, layer, password)
         truth = await seed(stack, scenario)
         console.print(f"seeded {scenario.recordings} recordings and {scenario.conferences} "
                       f"conferences; expecting {truth}")
         base = snapshot()
         proxy.down = scenario.outage
-        started = trio.current_time()
-        daemon_done = trio.Event()
-        deadline_passed = False
-
-        async def daemon() -> None:
-            nonlocal exit_code
-            exit_code = await run_daemon(cfg)
-            daemon_done.set()
-
-        nursery.start_soon(daemon)
-        remaining: dict[str, int] = {}
-        with Live(view(base, remaining, "starting"), console=console,
-                  refresh_per_second=4, transient=False,
-                  auto_refresh=console.is_terminal) as live:
-            while not daemon_done.is_set():
-                elapsed = trio.current_time() - started
-                if proxy.down and elapsed > OUTAGE_SECONDS:
-                    proxy.down = False
-                note = (f"S3 outage ({elapsed:.0f}s)" if proxy.down else f"{elapsed:.0f}s")
-                remaining = await trio.to_thread.run_sync(progress, dsn)
-                live.update(view(base, remaining, note))
-                if scenario.exit_when_done and not any(remaining.values()) and \
-                        elapsed > 1.0:
-                    break
-                if scenario.exit_when_done and elapsed > scenario.deadline:
-                    deadline_passed = True
-                    break
-                with trio.move_on_after(0.5):
-                    await daemon_done.wait()
+        daemon = _Daemon(cfg)
+        nursery.start_soon(daemon.run)
+        deadline_passed = await _watch(console, proxy, cfg, base, daemon, scenario)
         nursery.cancel_scope.cancel()
+    missed = _summarize(console, cfg, base, truth, scenario, deadline_passed)
+    if not scenario.exit_when_done:
+        return daemon.exit_code
+    return daemon.exit_code or (1 if missed or deadline_passed else 0)
+
+
+def _print_addresses(console: Console, stack: DevStack, proxy: OutageProxy, cfg: Config,
+                     layer: Path, password: str) -> None:
+    assert stack.s3 is not None
+    console.print(f"  postgres  {redact_dsn(cfg.postgres.dsn.reveal())}\n  kafka     "
+                  f"{stack.endpoints().kafka_bootstrap}\n  s3        "
+                  f"{stack.s3.endpoint_url} (bucket {BUCKET}, via outage proxy {proxy.url})"
+                  f"\n  metrics   http://{cfg.http.listen}/metrics\n  config    {layer}"
+                  f"\n  console   http://{cfg.console.listen}/  (user {CONSOLE_USER}, "
+                  f"password {password}; actions allowed)", markup=False)
+
+
+async def _watch(console: Console, proxy: OutageProxy, cfg: Config, base: dict[str, float],
+                 daemon: _Daemon, scenario: Scenario) -> bool:
+    """The live table until the daemon stops (or, with ``exit_when_done``, every seeded row
+    is terminal, or the deadline passed: then True). The outage ends after
+    ``OUTAGE_SECONDS``."""
+    dsn = cfg.postgres.dsn.reveal()
+    started = trio.current_time()
+    remaining: dict[str, int] = {}
+    with Live(view(base, remaining, "starting"), console=console,
+              refresh_per_second=4, transient=False,
+              auto_refresh=console.is_terminal) as live:
+        while not daemon.done.is_set():
+            elapsed = trio.current_time() - started
+            if proxy.down and elapsed > OUTAGE_SECONDS:
+                proxy.down = False
+            note = (f"S3 outage ({elapsed:.0f}s)" if proxy.down else f"{elapsed:.0f}s")
+            remaining = await trio.to_thread.run_sync(progress, dsn)
+            live.update(view(base, remaining, note))
+            if scenario.exit_when_done and not any(remaining.values()) and elapsed > 1.0:
+                return False
+            if scenario.exit_when_done and elapsed > scenario.deadline:
+                return True
+            with trio.move_on_after(0.5):
+                await daemon.done.wait()
+    return False
+
+
+def _summarize(console: Console, cfg: Config, base: dict[str, float], truth: dict[str, int],
+               scenario: Scenario, deadline_passed: bool) -> list[str]:
+    """The summary beside the seeded truth; what was not reached (``exit_when_done``)."""
     final = snapshot()
     summary = {k: int(final[k] - base.get(k, 0.0)) for k in final}
     table = Table(title="summary")
@@ -282,14 +310,14 @@ async def demo(stack: DevStack, base_dir: Path, scenario: Scenario) -> int:
     console.print(f"metrics were served on http://{cfg.http.listen}/metrics, the console on "
                   f"http://{cfg.console.listen}/")
     if not scenario.exit_when_done:
-        return exit_code
+        return []
     missed = mismatches(summary, truth)
     if deadline_passed:
         click.echo(f"deadline of {scenario.deadline:.0f}s passed before every seeded row "
                    "was terminal")
     for line in missed:
         click.echo(f"not reached: {line}")
-    return exit_code or (1 if missed or deadline_passed else 0)
+    return missed
 
 
 def run_dev(base_dir: Path | None, scenario: Scenario | None = None) -> int:

@@ -33,7 +33,7 @@ from actors.finalize.gauges import refresh_finalize, refresh_recording_slo
 from actors.gauge_refresher import Refresh, serve_gauge_refresher
 from actors.kafka.producer import KafkaProducer
 from actors.leases.lock_keeper import LockedJob, serve_lock_keeper
-from actors.leases.scan_leader import scan_lease, serve_scan_leader
+from actors.leases.scan_leader import scan_lease, serve_scan_leader, stand_by
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from actors.outbox.gauges import refresh_notification_queue, refresh_outbox
 from actors.outbox.listener import APPLICATION_NAME, serve_outbox_listener
@@ -47,7 +47,6 @@ from supervision.db.database import Database
 from supervision.db.pgconn import client_deadline, conninfo
 from supervision.db.queries import QUERIES
 from supervision.jobs import Job
-from supervision.metrics import LEADER_GAUGES
 from supervision.tree.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
 from supervision.tree.supervisor import serve_supervisor
 from supervision.tree.wakeup import Wakeup
@@ -142,7 +141,7 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
     lease = scan_lease()
     # The exporter starts before the scan leader: until that leads, this process is a
     # standby and exports none of the database-wide gauges (not even their zeros).
-    LEADER_GAUGES.standby = True
+    stand_by()
     children = [
         ChildSpec("metrics-exporter",
                   partial(serve_metrics_exporter, res.cfg.http.listen, readiness),

@@ -1,8 +1,8 @@
 """What every verb of the command line shares, the console's included: the configuration
 loaded or exit 78, one clear line on failure (secrets masked), the operator's connection.
 
-The verbs live in :mod:`supervision.app.cli` (a module per group of verbs) and :mod:`supervision.app.console.commands`;
-both import this module, neither the other.
+The verbs live in :mod:`supervision.app.cli` (a module per group of verbs) and
+:mod:`supervision.app.console.commands`; both import this module, neither the other.
 """
 
 from __future__ import annotations

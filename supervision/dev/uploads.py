@@ -22,7 +22,6 @@ import collections
 import io
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import attrs
@@ -30,8 +29,15 @@ import pycurl
 
 from supervision.errors import SafetynetError
 
-if TYPE_CHECKING:  # stack.py imports this module
-    from supervision.dev.stack import S3Credentials
+
+@attrs.frozen
+class S3Credentials:
+    """A key pair and region that SigV4 signs with (the dev S3 server's, a test's)."""
+
+    access_key_id: str
+    secret_access_key: str
+    region: str = "us-east-1"
+
 
 SHOWN_FAILURES = 3  # keys named in the error; the rest are counted
 

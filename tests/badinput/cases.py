@@ -28,7 +28,7 @@ import attrs
 import psycopg
 
 from actors.s3.objectstore import CANARY
-from supervision.dev.stack import DevStackError
+from supervision.dev.processes import DevStackError
 from tests.badinput.report import ROOT
 from tests.badinput.world import PREFIX, Planted, World
 from tests.cli import postgres_only_config

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import psycopg
 import pytest
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from supervision.tree.health import HEALTH
 from tests.badinput.report import DOC, load, render
 from tests.badinput.world import World

@@ -26,7 +26,7 @@ from structlog.testing import capture_logs
 
 from actors.kafka.producer import KafkaProducer
 from supervision.app import resources
-from supervision.dev.stack import free_ports
+from supervision.dev.ports import free_ports
 from supervision.tree.health import HEALTH
 from tests.badinput.cases import CASES, Case, Job, Read
 from tests.badinput.report import ROOT, record

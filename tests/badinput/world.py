@@ -18,7 +18,8 @@ import psycopg
 from actors.envelope import event_id
 from supervision.app.daemon import run_once
 from supervision.app.settings import Config
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.conftest import make_config
 from tests.faults import FaultProxy, put_recordings

@@ -13,7 +13,9 @@ import psycopg
 import pytest
 
 from actors.envelope import event_id
-from supervision.dev.stack import KafkaServer, S3Server, free_ports
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from tests.chaos.checker import Limits, Violation, check, summary
 from tests.chaos.daemon import Daemons, ProxyThread, scalar
 from tests.chaos.ledger import Offsets, end_offsets, read_ledger

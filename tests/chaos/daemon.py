@@ -26,7 +26,8 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervision.app.queries import ALL_QUERIES
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from supervision.dev.uploads import Upload, object_headers
 from tests.faults import FaultProxy
 from tests.logscan import KNOWN_SECRETS, leaks

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE, event_id
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.chaos.checker import Violation, check, summary
 from tests.chaos.conftest import LIMITS, Run
 from tests.chaos.daemon import (

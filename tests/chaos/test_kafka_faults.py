@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.chaos.conftest import ProxiedKafka, Run
 from tests.chaos.daemon import (
     UNPUBLISHED,

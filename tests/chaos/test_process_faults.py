@@ -21,7 +21,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.chaos.conftest import Run
 from tests.chaos.daemon import (
     Daemon,

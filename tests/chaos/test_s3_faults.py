@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.chaos.checker import state_digest
 from tests.chaos.conftest import Run
 from tests.chaos.daemon import Daemon, Daemons, ProxyThread, daemon_config, seed, wait_settled

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from actors.audit.invariants import Invariant
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.chaos.conftest import ProxiedKafka, Run
 from tests.chaos.daemon import (
     Daemon,

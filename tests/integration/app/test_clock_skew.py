@@ -39,7 +39,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from supervision.dev.stack import PostgresServer, S3Server
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.s3 import S3Server
 from tests.messenger import (
     fetch,
     insert_attempt,

@@ -33,7 +33,7 @@ from supervision.app.daemon import open_resources
 from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
 from supervision.db.database import open_database
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.conftest import make_config
 from tests.messenger import (
     attempt,

@@ -19,7 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
 from supervision.db.database import open_database
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.ports import free_ports
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.s3 import S3Server
 from supervision.tree.health import HEALTH
 from tests.messenger import insert_call_session, insert_recording, upload_recording
 from tests.waiting import wait_until

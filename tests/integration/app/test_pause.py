@@ -12,7 +12,8 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from tests.cli import cli, postgres_only_config
 from tests.integration.app.test_shutdown import events, start_daemon
 from tests.messenger import attempt, insert_call_session, insert_recording

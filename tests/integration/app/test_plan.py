@@ -21,7 +21,8 @@ from actors.envelope import TOPIC_CONFERENCE_ENDED
 from actors.reaper.messages import PHASES
 from actors.reaper.queries import REAPER_QUERIES
 from supervision.app.queries import ALL_QUERIES
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.messenger import (
     attempt,
     conference,

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.integration.app.test_shutdown import DONE, events, seed_lost_callbacks, start_daemon
 from tests.integration.app.test_shutdown import wait_for as wait_for_rows
 from tests.messenger import conference, insert_conference

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.integration.app.test_reload import free_port, named, wait_for_event
 from tests.integration.app.test_shutdown import ROOT, events
 

@@ -19,7 +19,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from supervision.dev.stack import DevStackError, KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.processes import DevStackError
+from supervision.dev.s3 import S3Server
 from tests.integration.app import test_reload
 from tests.integration.app.test_reload import free_port, named, stop, wait_for_event
 from tests.integration.app.test_shutdown import events

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.messenger import insert_call_session, insert_recording
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from tests.logscan import KNOWN_SECRETS, leaks
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.integration.app.test_reload import free_port
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -21,7 +21,8 @@ from actors.tracing import configure_tracing
 from supervision.app.daemon import open_resources
 from supervision.app.tree import finalize_job
 from supervision.config import TracingConfig
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording, upload_recording
 from tests.waiting import wait_until

@@ -19,7 +19,10 @@ from psycopg import sql
 from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.db.migrate import Options, apply_messenger_fixture, grant, migrate
 from supervision.db.queries import QUERIES
-from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.ports import free_ports
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.s3 import S3Server
 from tests.cli import cli, postgres_only_config
 from tests.integration.app.test_shutdown import events, start_daemon
 from tests.messenger import insert_conference

@@ -19,7 +19,10 @@ from psycopg import sql
 
 from actors.outbox.listener import APPLICATION_NAME as LISTEN_NAME
 from supervision.db.migrate import install_demo
-from supervision.dev.stack import KafkaServer, PostgresServer, S3Server, free_ports
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.ports import free_ports
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.s3 import S3Server
 from tests.pki import PrivateCa
 from tests.waiting import wait_until
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import psycopg
 import tomli_w
 
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.cli import ROOT
 from tests.messenger import insert_call_session, insert_recording
 

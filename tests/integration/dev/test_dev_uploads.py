@@ -10,8 +10,8 @@ from functools import partial
 import pytest
 import trio
 
-from supervision.dev.stack import S3Credentials, S3Server
-from supervision.dev.uploads import Upload, UploadError, object_headers, put_objects
+from supervision.dev.s3 import S3Server
+from supervision.dev.uploads import S3Credentials, Upload, UploadError, object_headers, put_objects
 from tests.faults import (
     FaultProxy,
     HttpRule,

@@ -18,15 +18,11 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from supervision.dev.stack import (
-    DEV_SCRAM_ITERATIONS,
-    DevStackError,
-    KafkaServer,
-    PostgresServer,
-    S3Server,
-    open_dev_stack,
-    start_all,
-)
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.postgres import DEV_SCRAM_ITERATIONS, PostgresServer
+from supervision.dev.processes import DevStackError, start_all
+from supervision.dev.s3 import S3Server
+from supervision.dev.stack import open_dev_stack
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

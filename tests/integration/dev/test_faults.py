@@ -14,7 +14,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.faults import (
     SLOW_DOWN,
     FaultProxy,

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from supervision.app.daemon import run_once
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.conftest import make_config
 from tests.messenger import (
     PREFIX,

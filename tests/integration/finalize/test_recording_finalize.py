@@ -18,7 +18,7 @@ from actors.finalize.state import FinalizeCounts
 from actors.leases.lock_keeper import CycleContext, serve_lock_keeper
 from supervision.app.daemon import open_resources
 from supervision.app.settings import Config
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.messenger import (

@@ -18,7 +18,8 @@ from structlog.testing import capture_logs
 
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config
-from supervision.dev.stack import DevStackError, S3Server
+from supervision.dev.processes import DevStackError
+from supervision.dev.s3 import S3Server
 from supervision.tree.health import HEALTH
 from tests.cli import cli
 from tests.conftest import make_config

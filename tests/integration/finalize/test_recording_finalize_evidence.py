@@ -22,7 +22,8 @@ from actors.s3.process import open_object_store
 from supervision.app.daemon import run_once
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from tests.conftest import make_config
 from tests.faults import HttpRule, open_fault_proxy, put_recordings, s3_object
 from tests.integration.app.test_shutdown import events, start_daemon

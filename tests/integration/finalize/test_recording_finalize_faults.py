@@ -23,7 +23,7 @@ from actors.s3.process import RESPAWN_INTERVAL, WorkerObjectStore
 from supervision.app.daemon import open_resources
 from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from supervision.tree.health import HEALTH
 from tests.conftest import make_config
 from tests.faults import (

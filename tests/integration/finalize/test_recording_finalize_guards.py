@@ -16,7 +16,7 @@ from actors.envelope import db_now
 from actors.finalize.gauges import refresh_recording_slo
 from actors.finalize.store import Applied, claim_due, fail_timeout
 from supervision.app.settings import Config
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.conftest import make_config
 from tests.integration.finalize.test_recording_finalize import counts_of, run_cycle
 from tests.messenger import (

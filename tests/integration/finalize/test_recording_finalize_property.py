@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from actors.envelope import TOPIC_RECORDING_AVAILABLE
 from supervision.app.settings import Config
-from supervision.dev.stack import DevStackError, S3Server
+from supervision.dev.processes import DevStackError
+from supervision.dev.s3 import S3Server
 from tests.conftest import make_config
 from tests.faults import (
     SLOW_DOWN,

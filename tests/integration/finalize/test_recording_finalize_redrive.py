@@ -24,7 +24,7 @@ from supervision.app.daemon import open_resources
 from supervision.app.runbook import requeue
 from supervision.app.settings import Config
 from supervision.app.tree import finalize_job
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from tests.faults import (
     SLOW_DOWN,
     FaultProxy,

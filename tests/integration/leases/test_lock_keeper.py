@@ -24,7 +24,7 @@ from supervision.app.pauses import pause_job, resume_job
 from supervision.db.database import open_database
 from supervision.db.migrate import install_demo
 from supervision.db.queries import QUERIES
-from supervision.dev.stack import PostgresServer
+from supervision.dev.postgres import PostgresServer
 from supervision.metrics import JOB_PAUSED, LOCK_HELD
 from tests.faults import FaultProxy, open_fault_proxy
 from tests.waiting import wait_until

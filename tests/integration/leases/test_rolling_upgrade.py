@@ -29,7 +29,7 @@ import trio
 
 from actors.leases.lease import LockConnection, lock_key
 from actors.leases.lock_keeper import CycleContext, CycleStatus, LockedJob, run_locked_cycle
-from supervision.dev.stack import free_ports
+from supervision.dev.ports import free_ports
 from tests.integration.app.test_shutdown import events, start_daemon
 from tests.messenger import insert_conference
 from tests.waiting import wait_until

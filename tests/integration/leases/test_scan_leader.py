@@ -19,7 +19,7 @@ import trio
 from actors.leases.lease import LockConnection
 from actors.leases.lock_keeper import LockedJob
 from actors.leases.scan_leader import no_cycle, serve_scan_leader
-from supervision.dev.stack import S3Server
+from supervision.dev.s3 import S3Server
 from supervision.jobs import SCAN_LEASE
 from supervision.metrics import LEADER_GAUGES
 from tests.integration.app.test_reload import free_port

@@ -19,7 +19,7 @@ from actors.outbox.relay import run_relay_cycle
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config
 from supervision.app.tree import relay_job
-from supervision.dev.stack import KafkaServer
+from supervision.dev.kafka import KafkaServer
 from supervision.errors import ConfigurationFault
 from supervision.tree.health import HEALTH
 from tests.conftest import make_config

@@ -25,7 +25,8 @@ from actors.audit.ledger import read_window
 from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.app.daemon import run_once
 from supervision.app.settings import Config
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from tests.cli import ROOT
 from tests.conftest import make_config
 from tests.faults import refuse_batches_over

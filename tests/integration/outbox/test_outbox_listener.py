@@ -14,7 +14,7 @@ import trio
 from prometheus_client import REGISTRY
 
 from actors.outbox.listener import APPLICATION_NAME, serve_outbox_listener
-from supervision.dev.stack import free_ports
+from supervision.dev.ports import free_ports
 from supervision.tree.wakeup import Wakeup
 from tests.waiting import wait_until
 

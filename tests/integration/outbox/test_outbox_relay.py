@@ -38,7 +38,8 @@ from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config
 from supervision.app.tree import relay_job, relay_locked_job
 from supervision.db.database import Database
-from supervision.dev.stack import KafkaServer, S3Server
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.s3 import S3Server
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.metrics import LAST_CYCLES
 from supervision.tree.health import HEALTH

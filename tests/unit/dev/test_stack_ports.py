@@ -9,8 +9,9 @@ import socket
 
 import pytest
 
-from supervision.dev import stack
-from supervision.dev.stack import LISTEN_PORTS_FROM, ephemeral_ports, free_ports, taken_port_flag
+from supervision.dev import ports
+from supervision.dev.ports import LISTEN_PORTS_FROM, ephemeral_ports, free_ports
+from supervision.dev.s3 import taken_port_flag
 
 PORTS = {"master.port": 40001, "filer.port": 40002, "s3.port": 41007}
 
@@ -73,7 +74,7 @@ def test_a_taken_port_is_never_picked(monkeypatch: pytest.MonkeyPatch) -> None:
             drawn.append(next(draws))
             return drawn[-1]
 
-        monkeypatch.setattr("supervision.dev.stack.random.randrange", draw)
-        monkeypatch.setattr(stack, "ephemeral_ports", lambda: range(61000, 61001))
+        monkeypatch.setattr("supervision.dev.ports.random.randrange", draw)
+        monkeypatch.setattr(ports, "ephemeral_ports", lambda: range(61000, 61001))
         (port,) = free_ports(1)
     assert drawn[:5] == [taken] * 5 and port != taken and port == drawn[-1]

@@ -253,3 +253,11 @@ def test_only_safetynet_provides_its_top_level_import_names() -> None:
     for name in ("actors", "supervision"):
         others = sorted(set(providers.get(name, [])) - {"safetynet"})
         assert others == [], f"{name!r} is also provided by {others}"
+
+
+def test_only_the_scan_leader_sets_the_leader_gauges_standby() -> None:
+    """The database-wide gauges are the scan leader's: no other module of the house
+    assigns ``LEADER_GAUGES.standby`` (the tree asks the scan leader to stand by)."""
+    assigning = re.compile(r"LEADER_GAUGES\.standby\s*=")
+    found = [module_name(p) for p in sources() if assigning.search(p.read_text())]
+    assert found == ["actors.leases.scan_leader"]

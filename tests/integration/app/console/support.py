@@ -10,7 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from supervision.app.settings import Config
-from supervision.dev.stack import free_ports
+from supervision.dev.ports import free_ports
 from supervision.passwords import hash_password
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording

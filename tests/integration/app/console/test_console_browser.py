@@ -21,7 +21,8 @@ import psycopg
 import pytest
 import tomli_w
 
-from supervision.dev.stack import S3Server, free_ports
+from supervision.dev.ports import free_ports
+from supervision.dev.s3 import S3Server
 from tests.cli import ROOT
 from tests.integration.app.console.support import PASSWORD, SCRIPT, USER, password_hash, quarantine
 from tests.integration.app.test_pause import daemon_config
