@@ -34,6 +34,7 @@ import trio
 from prometheus_client import Counter, Histogram
 
 from actors.tracing import span
+from supervision.jobs import Job
 from supervision.metrics import LAST_CYCLES
 
 AFTER_LIMIT_S = 2.0
@@ -69,7 +70,7 @@ class Frame:
 
 @asynccontextmanager
 async def cycle_frame(
-    job: str, job_run_id: str, counts: Counts, log: Logger,
+    job: Job, job_run_id: str, counts: Counts, log: Logger,
     runs: Counter | None = None, duration: Histogram | None = None, *,
     after: Callable[[], Awaitable[None]] | None = None,
     log_if: Callable[[], bool] | None = None,

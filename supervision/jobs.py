@@ -22,5 +22,14 @@ class Job(StrEnum):
     OUTBOX_RELAY = "outbox-relay"
 
 
-SCAN_LEASE = "database-scans"
+class Scan(StrEnum):
+    """A lease held like a job's that runs no cycle: its holder runs work as long as it leads."""
+
+    DATABASE_SCANS = "database-scans"
+
+
+SCAN_LEASE = Scan.DATABASE_SCANS
 """The lease of the database-wide reads (gauges, auditor): held like a job's, runs no cycle."""
+
+LeaseName = Job | Scan
+"""What a lease is named by: a job, or the scans."""

@@ -76,6 +76,7 @@ from actors.leases.lease import (
 )
 from supervision.db.database import Fence
 from supervision.errors import InfrastructureError, LeaseLost, describe, first_leaf
+from supervision.jobs import LeaseName
 from supervision.metrics import JOB_PAUSED, LEASE_LOST, LEASE_TERM, LOCK_HELD
 from supervision.tree.backoff import Backoff
 from supervision.tree.ticker import Ticker
@@ -107,7 +108,7 @@ class CycleStatus(enum.StrEnum):
 class CycleContext:
     """What a cycle gets from the keeper."""
 
-    job: str
+    job: LeaseName
     job_run_id: str
     fence: Fence | None = None  # the lease's term: the cycle's writes commit only under it
 
@@ -116,7 +117,7 @@ class CycleContext:
 class LockedJob(Generic[R]):
     """One job under a lock keeper: its timing and the coroutine that runs one cycle."""
 
-    name: str
+    name: LeaseName
     interval: float
     lock_ttl: float
     cycle: Callable[[CycleContext], Awaitable[R]]
