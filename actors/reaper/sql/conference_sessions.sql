@@ -1,3 +1,23 @@
+-- fragment: conference_not_backed_off --
+-- A poison conference is out of every claim while backed off.
+NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
+            WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+
+-- fragment: conference_due_empty_room --
+c.status = 'Active' AND c.active_participant_count = 0
+  AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+  AND @{conference_not_backed_off}
+
+-- fragment: conference_due_provision_timeout --
+c.status = 'Provisioning'
+  AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
+  AND @{conference_not_backed_off}
+
+-- fragment: conference_due_stale_live --
+c.status = 'Active'
+  AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
+  AND @{conference_not_backed_off}
+
 -- name: conference_sessions_claim_empty_room --
 -- Phase 1 (INV-CONF-8): Active rooms nobody is in since empty_room_grace before AsOf.
 -- Each claim takes up to batch_size due rows in the seed's order through ix_conf_active
@@ -6,24 +26,20 @@
 -- (or on one all-NULL row when nothing was claimed), how many of the first batch_size due
 -- rows were skipped because another transaction holds them. A poison conference is out of
 -- every claim while backed off (safetynet.conference_poison.next_attempt_at after AsOf),
--- so batch_size of them cannot starve a phase.
+-- so batch_size of them cannot starve a phase. The locking read states the phase's
+-- condition again (a fragment, written once): a row changed meanwhile is re-checked
+-- against it when locked.
 WITH candidates AS (
     SELECT c.id
     FROM messenger.conference_sessions c
-    WHERE c.status = 'Active' AND c.active_participant_count = 0
-      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
-                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+    WHERE @{conference_due_empty_room}
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
 ),
 claimed AS (
     SELECT c.id, c.last_activity_at AS sort_key
     FROM messenger.conference_sessions c
-    WHERE c.status = 'Active' AND c.active_participant_count = 0
-      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
-                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+    WHERE @{conference_due_empty_room}
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -40,20 +56,14 @@ ORDER BY cl.sort_key, cl.id;
 WITH candidates AS (
     SELECT c.id
     FROM messenger.conference_sessions c
-    WHERE c.status = 'Provisioning'
-      AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
-                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+    WHERE @{conference_due_provision_timeout}
     ORDER BY c.created_at, c.id
     LIMIT %(batch_size)s
 ),
 claimed AS (
     SELECT c.id, c.created_at AS sort_key
     FROM messenger.conference_sessions c
-    WHERE c.status = 'Provisioning'
-      AND c.created_at <= %(as_of)s - %(window)s * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
-                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+    WHERE @{conference_due_provision_timeout}
     ORDER BY c.created_at, c.id
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
@@ -70,20 +80,14 @@ ORDER BY cl.sort_key, cl.id;
 WITH candidates AS (
     SELECT c.id
     FROM messenger.conference_sessions c
-    WHERE c.status = 'Active'
-      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
-                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+    WHERE @{conference_due_stale_live}
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
 ),
 claimed AS (
     SELECT c.id, c.last_activity_at AS sort_key
     FROM messenger.conference_sessions c
-    WHERE c.status = 'Active'
-      AND c.last_activity_at <= %(as_of)s - %(window)s * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM safetynet.conference_poison p
-                      WHERE p.conference_id = c.id AND p.next_attempt_at > %(as_of)s)
+    WHERE @{conference_due_stale_live}
     ORDER BY c.last_activity_at, c.id
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
