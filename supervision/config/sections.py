@@ -220,7 +220,7 @@ class S3Config:
     secret_access_key: Secret = setting(
         Secret(""), "Static S3 secret access key (with access_key_id). Secret.")
     profile: str = setting(
-        "", "Profile of the shared AWS config/credentials files the chain reads; empty = "
+        "", "Profile of the shared AWS config and credentials files the chain reads; empty = "
         "AWS_PROFILE, else `default`. Naming one skips the AWS_ACCESS_KEY_ID variables.")
     addressing_style: str = setting(
         "path", "path (endpoint/bucket/key) or virtual (bucket.endpoint/key, "

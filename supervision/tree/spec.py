@@ -1,7 +1,7 @@
 """Child and supervisor specifications: the process tree as plain data.
 
->>> ChildSpec("outbox-relay", partial(serve_outbox_relay, db, wakeups), Restart.PERMANENT,
-...           shutdown=5.0)
+>>> ChildSpec("metrics-exporter", partial(serve_metrics_exporter, listen, readiness),
+...           Restart.PERMANENT, shutdown=1.0)
 
 An actor is ``async def serve_x(..., task_status=trio.TASK_STATUS_IGNORED)`` that calls
 ``task_status.started()`` once it is ready and then runs until cancelled (or returns, or
