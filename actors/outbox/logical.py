@@ -140,8 +140,9 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
             async with cycle.slot_lock:
                 peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
             cycle.progress.advanced(peeked.confirmed)
-            txns = [t for t in transactions(peeked.records, max_row_bytes)
-                    if t.end_lsn > cycle.progress.read_upto]
+            read_upto = cycle.progress.read_upto
+            txns = [t for t in transactions(peeked.records, max_row_bytes, read_upto)
+                    if t.end_lsn > read_upto]
             behind = len(peeked.records) >= upto_n
             upto_n = len(peeked.records) + batch_size
             if not txns:

@@ -55,18 +55,23 @@ class Txn:
     rows: list[Row | Malformed]
 
 
-def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int) -> list[Txn]:
-    """The complete transactions of one peek (a trailing one without its Commit is left
-    out: the next peek returns it whole). Raises
-    :class:`~actors.outbox.pgoutput.PgOutputError` for a message that does not decode, or
-    an insert of a relation not described before it."""
+def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
+                 after: int = 0) -> list[Txn]:
+    """The complete transactions of one peek that end past *after* (a trailing one
+    without its Commit is left out: the next peek returns it whole); the inserts of the
+    others are not decoded. Raises :class:`~actors.outbox.pgoutput.PgOutputError` for a
+    message that does not decode, or an insert of a relation not described before it."""
     relations: dict[int, list[int] | None] = {}  # relid → column positions (None: not ours)
     done: list[Txn] = []
     current: Txn | None = None
+    skipping = False  # in a transaction read already (its commit is before *after*)
     for lsn, data in records:
+        if skipping and data[:1] == b"I":
+            continue
         message = decode(data)
         if isinstance(message, Begin):
-            current = Txn(0, message.commit_time, [])
+            skipping = message.final_lsn < after
+            current = None if skipping else Txn(0, message.commit_time, [])
         elif isinstance(message, Commit):
             if current is not None:
                 current.end_lsn = message.end_lsn

@@ -18,6 +18,7 @@ import trio
 
 from actors.envelope import event_id
 from actors.leases.lock_keeper import CycleContext
+from actors.outbox.claimer import claim_batch
 from actors.outbox.logical_setup import (
     LogicalSetupRefused,
     LogicalSource,
@@ -40,7 +41,14 @@ from supervision.dev.stack import KafkaServer, free_ports
 from supervision.errors import LeaseLost
 from tests.conftest import make_config
 from tests.faults import FaultProxy
-from tests.integration.test_outbox_relay import enqueue, outbox_by_event_id, read
+from tests.integration.test_outbox_relay import (
+    CLAIM_CASES,
+    dead_letters,
+    enqueue,
+    insert_raw,
+    outbox_by_event_id,
+    read,
+)
 from tests.waiting import wait_until
 
 
@@ -319,3 +327,41 @@ async def test_a_fenced_leaders_acknowledgements_never_move_the_slot(
             await run_relay_cycle(job, ctx)
     assert await trio.to_thread.run_sync(confirmed_lsn, db_dsn, source) == start
     assert len(await trio.to_thread.run_sync(peek, db_dsn, source)) > 0
+
+
+async def test_a_malformed_event_is_dead_lettered_and_the_later_events_of_its_key_are_held(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
+    """A payload that is not a JSON object is dead-lettered (blocking its key: a later
+    event of the key waits in the table); the later event is never published, the other
+    key's is; the slot passes all of them; the one write to the outbox is the dead
+    letter's mark."""
+    bad = await trio.to_thread.run_sync(insert_raw, db_dsn, topic, "a", "[1]", "{}")
+    (later,) = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])
+    (other,) = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["b"])
+    before = await trio.to_thread.run_sync(outbox_writes, db_dsn)
+    counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
+    assert counts["published"] == 1 and counts["failed"] == 1
+    messages = await read(kafka_server, topic)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert [by_event[m.headers["event-id"]] for m in messages] == [other]
+    letters = await trio.to_thread.run_sync(dead_letters, db_dsn)
+    assert {k: v["blocks_key"] for k, v in letters.items()} == {bad: True}
+    assert later not in letters
+    assert await trio.to_thread.run_sync(peek, db_dsn, source) == []
+    updates, deletes = await trio.to_thread.run_sync(outbox_writes, db_dsn)
+    assert (updates - before[0], deletes - before[1]) == (1, 0)
+
+
+def test_the_slot_builds_each_message_as_the_claim_does(
+        db_dsn: str, source: LogicalSource, topic: str) -> None:
+    """For rows of every shape the table source's test knows (good, malformed, JSON null
+    headers, own defaults, non-ASCII), the rows decoded from the slot are the claim's."""
+    ids = [insert_raw(db_dsn, topic, f"k{n}", payload, headers)
+           for n, (payload, headers) in enumerate(CLAIM_CASES)]
+    decoded = [row for txn in transactions(peek(db_dsn, source), 1 << 20) for row in txn.rows]
+    with psycopg.connect(db_dsn, autocommit=True) as conn, conn.transaction():
+        claimed = claim_batch(conn, 100, (), ids[0] - 1).rows
+    assert [row.id for row in decoded] == ids
+    assert [type(d) for d in decoded] == [type(c) for c in claimed]
+    for got, want in zip(decoded, claimed, strict=True):
+        assert got == want
