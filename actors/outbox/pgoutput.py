@@ -237,21 +237,39 @@ def _insert(r: _Reader) -> Insert:
 
 
 def _tuple(r: _Reader) -> tuple[Value, ...]:
-    """TupleData: a column count, then per column ``n``, ``u`` or ``t`` + length + text."""
+    """TupleData: a column count, then per column ``n``, ``u`` or ``t`` + length + text.
+    On the relay's path for every event: reads with local names, no method call per
+    column."""
     count = r.number(_INT16)
     if count < 0:
         raise r.fail(f"{count} columns")
+    data, pos, end = r.data, r.pos, len(r.data)
+    unpack = _INT32.unpack_from
     values: list[Value] = []
+    append = values.append
     for _ in range(count):
-        kind = r.take(1)
-        if kind == b"t":
-            values.append(r.take(r.number(_INT32)))
-        elif kind == b"n":
-            values.append(None)
-        elif kind == b"u":
-            values.append(UNCHANGED)
+        kind = data[pos] if pos < end else -1
+        pos += 1
+        if kind == 0x74:  # t
+            if pos + 4 > end:
+                r.pos = pos
+                raise r.fail(f"4 bytes expected, {max(end - pos, 0)} left")
+            length = unpack(data, pos)[0]
+            pos += 4
+            if pos + length > end:
+                r.pos = pos
+                raise r.fail(f"value of {length} bytes, {end - pos} left")
+            append(data[pos:pos + length])
+            pos += length
+        elif kind == 0x6E:  # n
+            append(None)
+        elif kind == 0x75:  # u
+            append(UNCHANGED)
         else:
-            raise r.fail(f"column kind {kind!r} (expected b'n', b'u' or b't')")
+            r.pos = pos - 1
+            shown = bytes([kind]) if kind >= 0 else b""
+            raise r.fail(f"column kind {shown!r} (expected b'n', b'u' or b't')")
+    r.pos = pos
     return tuple(values)
 
 

@@ -114,8 +114,14 @@ def outbox_row(insert: Insert, positions: Sequence[int], max_row_bytes: int
         raise PgOutputError(f"pgoutput Insert of {len(insert.values)} columns: fewer than "
                             "its relation's")
     raw = [insert.values[at] for at in positions]
-    size = sum(len(v) for v in raw[1:] if isinstance(v, bytes))
-    outbox_id, topic, key, dedupe, event_type, payload, headers = (_text(v) for v in raw)
+    if all(type(v) is bytes for v in raw):  # the common case: every column a text value
+        size = sum(len(v) for v in raw[1:])  # type: ignore[arg-type]
+        outbox_id, topic, key, dedupe, event_type, payload, headers = (
+            v.decode() for v in raw)  # type: ignore[union-attr]
+    else:
+        size = sum(len(v) for v in raw[1:] if isinstance(v, bytes))
+        outbox_id, topic, key, dedupe, event_type, payload, headers = (
+            _text(v) for v in raw)
     if outbox_id is None or topic is None or key is None:
         raise PgOutputError("pgoutput Insert: an outbox row without its id, topic or key")
     oversized = size > max_row_bytes

@@ -48,7 +48,7 @@ WHERE s.slot_name = %(slot)s;
 -- of pgoutput messages (protocol 1, inserts of the publication's table only), up to
 -- about %(upto_n)s messages (a transaction is never cut), with each message's LSN (a
 -- Commit's: the end of its commit record).
-SELECT c.lsn - '0/0'::pg_lsn AS lsn, c.data
+SELECT (c.lsn - '0/0'::pg_lsn)::bigint AS lsn, c.data
 FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(upto_n)s,
                                          'proto_version', '1',
                                          'publication_names', %(publication)s) c;
