@@ -26,7 +26,7 @@ import json
 from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -114,14 +114,15 @@ def outbox_row(insert: Insert, positions: Sequence[int], max_row_bytes: int
         raise PgOutputError(f"pgoutput Insert of {len(insert.values)} columns: fewer than "
                             "its relation's")
     raw = [insert.values[at] for at in positions]
+    texts: list[str | None]
     if all(type(v) is bytes for v in raw):  # the common case: every column a text value
-        size = sum(len(v) for v in raw[1:])  # type: ignore[arg-type]
-        outbox_id, topic, key, dedupe, event_type, payload, headers = (
-            v.decode() for v in raw)  # type: ignore[union-attr]
+        present = cast(list[bytes], raw)
+        size = sum(len(v) for v in present[1:])
+        texts = [v.decode() for v in present]
     else:
         size = sum(len(v) for v in raw[1:] if isinstance(v, bytes))
-        outbox_id, topic, key, dedupe, event_type, payload, headers = (
-            _text(v) for v in raw)
+        texts = [_text(v) for v in raw]
+    outbox_id, topic, key, dedupe, event_type, payload, headers = texts
     if outbox_id is None or topic is None or key is None:
         raise PgOutputError("pgoutput Insert: an outbox row without its id, topic or key")
     oversized = size > max_row_bytes
