@@ -357,6 +357,8 @@ def test_systemd_unit_is_type_notify_with_a_watchdog() -> None:
     assert "-HUP" in unit["ExecReload"][0]
     assert " run -c " in unit["ExecStart"][0]
     assert unit["NoNewPrivileges"] == ["yes"] and unit["CapabilityBoundingSet"] == [""]
+    assert unit["SystemCallFilter"] == ["@system-service"]
+    assert unit["ProtectProc"] == ["invisible"] and unit["ProcSubset"] == ["pid"]
 
 
 def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
@@ -371,3 +373,27 @@ def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     proc = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stdout + proc.stderr
+
+
+# `systemd-analyze security` of the unit: 3.2 before SystemCallFilter=@system-service,
+# ProtectProc=invisible and ProcSubset=pid, 1.7 with them (systemd 252, Debian 12); a
+# change that loosens the sandbox past this fails.
+EXPOSURE_MAX = 2.0
+
+
+def test_systemd_unit_exposure_score_stays_low(tmp_path: Path) -> None:
+    """`systemd-analyze security --offline=true` scores the unit's sandbox below
+    :data:`EXPOSURE_MAX` (0 = fully locked down, 10 = fully exposed)."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze not installed (Debian's systemd package)")
+    unit = tmp_path / "safetynet.service"
+    unit.write_text(UNIT.read_text().replace("/opt/safetynet/venv/bin/safetynet",
+                                             sys.executable))
+    proc = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(unit)],
+                          capture_output=True, text=True, check=False)
+    if "--offline" in proc.stderr:
+        pytest.skip(f"this systemd-analyze cannot score a unit file offline: {proc.stderr}")
+    found = re.search(r"Overall exposure level for \S+: ([0-9.]+)", proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    assert float(found.group(1)) < EXPOSURE_MAX, proc.stdout
