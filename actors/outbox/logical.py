@@ -56,8 +56,8 @@ from actors.outbox.slot import SlotProgress, Txn, transactions
 from actors.outbox.slot_io import advance_slot, blocking_keys, peek_slot, slot_confirmed
 from actors.outbox.state import RelayCounts
 from actors.outbox.window import InHand, Window
-from supervision.database import Database
-from supervision.shielding import must_complete
+from supervision.db.database import Database
+from supervision.tree.shielding import must_complete
 
 if TYPE_CHECKING:
     from actors.outbox.relay import RelayJob

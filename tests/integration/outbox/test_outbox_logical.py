@@ -36,12 +36,13 @@ from actors.outbox.slot_io import peek_slot
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config
 from supervision.app.tree import relay_job
-from supervision.database import Fence
-from supervision.dev.stack import KafkaServer, free_ports
+from supervision.db.database import Fence
+from supervision.dev.kafka import KafkaServer
+from supervision.dev.ports import free_ports
 from supervision.errors import LeaseLost
 from tests.conftest import make_config
 from tests.faults import FaultProxy
-from tests.integration.test_outbox_relay import (
+from tests.integration.outbox.test_outbox_relay import (
     CLAIM_CASES,
     dead_letters,
     enqueue,

@@ -12,8 +12,9 @@ TOPS = ("actors/", "supervision/", "tests/", "bench/", "config/", "deploy/", "do
         "requirements/", "tools/", ".ci/")
 FILES = ("Makefile", "Dockerfile", "pyproject.toml", ".dockerignore")
 # a repository path as prose names it: from a top-level folder, or one of the root files
-PATH = re.compile(r"(?<![\w./-])((?:%s)[\w./<>*{}-]*|(?:%s)(?![\w.]))" % (
-    "|".join(map(re.escape, TOPS)), "|".join(map(re.escape, FILES))))
+_TOPS = "|".join(map(re.escape, TOPS))
+_FILES = "|".join(map(re.escape, FILES))
+PATH = re.compile(rf"(?<![\w./-])((?:{_TOPS})[\w./<>*{{}}-]*|(?:{_FILES})(?![\w.]))")
 PLACEHOLDERS = ("<", ">", "*", "{", "}", "NNNN", "NAME")
 README_MAX_LINES = 140
 
