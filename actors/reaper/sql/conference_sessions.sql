@@ -115,10 +115,12 @@ ORDER BY cl.sort_key, cl.id;
 --   healed: a conference reaped after it was poison is forgotten.
 -- Returns one row per claimed id: transitioned or rejected, and what the caller logs.
 WITH recs AS (
+    -- r.id::uuid: an array of a domain over uuid (which the contract accepts) would reach
+    -- the driver as text
     SELECT r.session_id,
-           (array_agg(r.id ORDER BY r.created_at DESC, r.id DESC)
+           (array_agg(r.id::uuid ORDER BY r.created_at DESC, r.id DESC)
                 FILTER (WHERE r.status <> 'Failed'))[1] AS recording_id,
-           array_agg(r.id ORDER BY r.created_at, r.id)
+           array_agg(r.id::uuid ORDER BY r.created_at, r.id)
                FILTER (WHERE r.status IN ('Pending', 'Recording', 'Uploading'))
                AS active_recordings
     FROM messenger.call_recordings r
