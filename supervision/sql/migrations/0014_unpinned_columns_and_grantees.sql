@@ -73,3 +73,18 @@ BEGIN
     ) s ON r.id IS NOT NULL;
 END;
 $$;
+
+-- Issue 36, item 2: grants that survive upgrades. `migrate --grant-to ROLE` (runtime) and
+-- `--grant-read-to ROLE` (read-only) record the role here; every later `migrate` (the
+-- Kubernetes Job included, which runs without the flag) grants each recorded role again,
+-- so tables and functions a later migration adds reach it, and the per-column grants on
+-- messenger tables follow the contract of the build that migrates. digest: a hash of the
+-- grants last applied (migrate skips a role whose grants are unchanged and no migration
+-- ran). No role but the owner may write it: a runtime role that could add a name here
+-- would have the next migrate grant that name its privileges.
+CREATE TABLE safetynet.grantees (
+    role_name text PRIMARY KEY CHECK (char_length(role_name) <= 63),
+    access text NOT NULL CHECK (access IN ('runtime', 'read')),
+    digest text NULL CHECK (char_length(digest) <= 64),
+    granted_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
