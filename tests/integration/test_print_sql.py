@@ -50,8 +50,8 @@ def release_folder(tmp_path: Path, upto: int, extra: dict[str, str] | None = Non
     return folder
 
 
-def applied_by_psql(dsn: str, tmp_path: Path, options: Options = Options()) -> str:
-    script = print_sql(dsn, options)
+def applied_by_psql(dsn: str, tmp_path: Path, options: Options | None = None) -> str:
+    script = print_sql(dsn, options or Options())
     proc = psql(dsn, script, tmp_path)
     assert proc.returncode == 0, (proc.stderr, script[:2000])
     return script
