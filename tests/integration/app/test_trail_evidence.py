@@ -29,6 +29,8 @@ from tests.messenger import attempt, new_id
 FORGED = ("INSERT INTO safetynet.operator_actions (id, at, db_user, actor, origin, verb)"
           " VALUES (1, '2020-01-01', 'postgres', 'mallory', 'cli', 'pause')"
           " RETURNING id, at, db_user, now(), session_user")
+HONEST = ("INSERT INTO safetynet.operator_actions (actor, origin, verb)"
+          " VALUES ('mallory', 'cli', 'pause') RETURNING id, at, db_user, now(), session_user")
 ANA = Actor("ana", Origin.CLI, "host")
 
 
@@ -57,19 +59,22 @@ def rows(dsn: str) -> list[tuple[object, ...]]:
 
 def test_id_at_and_db_user_are_the_databases_whatever_the_insert_says(
         runtime_dsn: str, db_dsn: str) -> None:
-    """As the runtime role and as the owner, an INSERT naming id 1, at 2020-01-01 and
-    db_user postgres stores the next id, the transaction's now() and the session's role."""
+    """The runtime role may not even name id, at or db_user (column privileges: it inserts
+    the verbs' columns only); the owner's INSERT naming id 1, at 2020-01-01 and db_user
+    postgres stores the next id, the transaction's now() and the session's role (the
+    trigger), and so does the runtime role's honest INSERT."""
+    with psycopg.connect(runtime_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(FORGED)
     stored = []
-    for dsn in (runtime_dsn, db_dsn, runtime_dsn):
+    for dsn, statement in ((db_dsn, FORGED), (runtime_dsn, HONEST), (db_dsn, FORGED)):
         with psycopg.connect(dsn) as conn:
-            row = conn.execute(FORGED).fetchone()
+            row = conn.execute(statement).fetchone()
             assert row is not None
             stored.append(row)
     assert [r[0] for r in stored] == [1, 2, 3]  # the sequence's, not the INSERT's
     for _, at, db_user, now, session in stored:
         assert at == now and db_user == session
-    assert stored[0][2] != "postgres" and stored[1][2] == "postgres"
-    assert stored[0][2].startswith("sn_rt_")
+    assert stored[0][2] == "postgres" and stored[1][2].startswith("sn_rt_")
 
 
 def test_the_runtime_role_can_neither_draw_nor_reset_trail_ids(runtime_dsn: str) -> None:
