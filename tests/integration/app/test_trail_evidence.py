@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-import supervision.db.migrate
+import supervision.db.migrate_plan
 from supervision.app import actions
 from supervision.app.trail import MAX_IDS, Actor, Origin, Verb, record_action
 from supervision.db.migrate import apply_messenger_fixture, grant, migrate
@@ -217,17 +217,17 @@ def test_an_upgrade_keeps_the_rows_before_it_and_continues_their_ids(
         empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A database at 0014 with trail rows (one with a raw id, as earlier releases wrote)
     migrates to 0015 untouched; the next row takes the next id, stamped by the database."""
-    shipped = supervision.db.migrate.migrations()
+    shipped = supervision.db.migrate_plan.migrations()
     apply_messenger_fixture(empty_db_dsn)
-    monkeypatch.setattr(supervision.db.migrate, "migrations",
-                        lambda: [m for m in shipped if m.version < 15])
+    monkeypatch.setattr(supervision.db.migrate_plan, "migrations",
+                        lambda folder=None: [m for m in shipped if m.version < 15])
     migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         for ids in (["raw id"], [new_id()]):
             conn.execute("INSERT INTO safetynet.operator_actions (at, actor, origin, verb,"
                          " ids) VALUES ('2020-01-01', 'old', 'cli', 'requeue', %s)", (ids,))
     before = rows(empty_db_dsn)
-    monkeypatch.setattr(supervision.db.migrate, "migrations", lambda: shipped)
+    monkeypatch.setattr(supervision.db.migrate_plan, "migrations", lambda folder=None: shipped)
     assert [s.migration.version for s in migrate(empty_db_dsn) if s.migration] == [15]
     with psycopg.connect(empty_db_dsn) as conn:
         assert record_action(conn, ANA, Verb.PAUSE, ["outbox-relay"], "after", {}) == 3

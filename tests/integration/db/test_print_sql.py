@@ -29,7 +29,7 @@ from tests.integration.db.test_install import s3_settings
 from tests.messenger import insert_conference
 
 PSQL = shutil.which("psql") or "/usr/bin/psql"
-PACKAGED = Path(__file__).resolve().parents[4] / "supervision" / "db" / "sql" / "migrations"
+PACKAGED = Path(__file__).resolve().parents[3] / "supervision" / "db" / "sql" / "migrations"
 
 
 def psql(dsn: str, script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

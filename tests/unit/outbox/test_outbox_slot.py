@@ -8,7 +8,7 @@ import pytest
 from actors.outbox.pgoutput import PgOutputError
 from actors.outbox.rows import Malformed, Row
 from actors.outbox.slot import SlotProgress, transactions
-from tests.unit.test_outbox_pgoutput import MICROS, WHEN, begin, commit, insert, relation
+from tests.unit.outbox.test_outbox_pgoutput import MICROS, WHEN, begin, commit, insert, relation
 
 OUTBOX_COLUMNS = [(1, "id", 20, -1), (0, "topic", 25, -1), (0, "message_key", 25, -1),
                   (0, "dedupe_key", 25, -1), (0, "event_type", 25, -1),
