@@ -1,12 +1,26 @@
 -- name: plan_finalize_attempts --
 -- Dry run of finalize_attempts_claim_due: the same selection and phase decision, without
--- locks or writes (rows another runner holds right now are listed too).
-SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at, c.recording_status,
-       c.session_ended_at, c.phase, c.poison_reason,
+-- locks or writes, in the claim's order (next_attempt_at; ties, which the claim takes in
+-- either order, by id). Rows another transaction holds right now are listed too, and
+-- said so without waiting or locking: `held` when the finalize row is (the claim would
+-- skip it), `recording_held` when its recording is (the commit would skip it) — the row's
+-- xmax is a transaction still in progress (a lock or an update not yet committed; a row
+-- locked by several transactions at once, a multixact, is not seen).
+WITH busy AS MATERIALIZED (  -- transactions in progress, as 32-bit xids (xmax's type)
+    SELECT (x::text::bigint %% 4294967296)::text AS xid
+    FROM pg_snapshot_xip(pg_current_snapshot()) x
+)
+SELECT a.id, a.recording_id, a.session_kind, a.session_id, a.attempts, a.next_attempt_at,
+       c.recording_status, c.session_ended_at, c.phase, c.poison_reason,
+       now() AS as_of,
        extract(epoch FROM now() - c.session_ended_at)::float8 AS ended_s,
        EXISTS (SELECT 1 FROM messenger.integration_outbox o
                WHERE o.topic = %(topic)s AND o.dedupe_key = a.recording_id::text)
-           AS has_event
+           AS has_event,
+       a.xmax::text IN (SELECT xid FROM busy) AS held,
+       COALESCE((SELECT r.xmax::text IN (SELECT xid FROM busy)
+                 FROM messenger.call_recordings r WHERE r.id = a.recording_id), false)
+           AS recording_held
 FROM messenger.recording_finalize_attempts a
 -- the claim's own decision (safetynet.finalize_classify), at the database's now()
 CROSS JOIN LATERAL safetynet.finalize_classify(a.recording_id, now(), %(sla)s, %(recheck)s) c
