@@ -14,10 +14,12 @@ the batches up to the row's own, so the rows shown (the first ``--limit``) need 
 HEADs up to the end of the last shown row's batch; nothing after it can change them.
 
 What the run does and the plan cannot know ahead: which HEADs are in flight when the
-breaker opens (the run has a pool of them), where ``max_run_duration`` stops the claims
-(rows past it are decided by a later cycle, whose start evidence may have grown), and
-rows taken or locked between the plan and the run. Ties in ``next_attempt_at`` are
-planned in id order; the claim takes tied rows in either order.
+breaker opens (the run has a pool of them) and how many claims it had made by then (rows
+of claims it did not make stay untouched; the plan shows the later rows' own decisions),
+where ``max_run_duration`` stops the claims (rows past it are decided by a later cycle,
+whose start evidence may have grown), and rows taken or locked between the plan and the
+run. Ties in ``next_attempt_at`` are planned in id order; the claim takes tied rows in
+either order.
 """
 
 from __future__ import annotations
@@ -155,11 +157,13 @@ def _item(row: dict[str, Any], outcome: RowOutcome | None, down: Fault | Transie
     if row["held"]:
         return skipped_item(row)
     settled = finalize_item(row, rf)
-    if settled is None and down is not None:
+    terminal = row["phase"] == ClaimPhase.TERMINAL
+    # a probe fault claims nothing; storage down claims only rows needing no HEAD, and
+    # finds them among the recordings already terminal (the claim's two windows)
+    if isinstance(down, Fault) or (isinstance(down, Transient) and not terminal):
         return storage_down_item(row, down)
     decision = None if outcome is None else outcome.decision
-    if row["recording_held"] and ((settled is not None and row["phase"] == ClaimPhase.TERMINAL)
-                                  or isinstance(decision, Found | Missing)):
+    if row["recording_held"] and (terminal or isinstance(decision, Found | Missing)):
         return skipped_item(row)  # its commit would skip the recording another holds
     if settled is not None:
         return settled
