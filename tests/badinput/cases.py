@@ -769,7 +769,8 @@ CASES: list[Case] = [
     _c("s3-fresh-install-wrong-prefix", "s3", "s3.key_prefix wrong on a fresh install (no"
        " recording finalised yet: no positive canary)", "Missing verdicts withheld for want"
        " of evidence (nothing listed or found under the prefix): 0 Failed, rows given back"
-       " untouched, readiness 503, alert; healed by the next cycle once fixed", FIN,
+       " untouched and held off (no attempt), readiness 503, alert; healed once fixed and"
+       " the hold-off is over", FIN,
        fresh_install_wrong_prefix, Read.HEALTH,
        "configuration fault in s3_evidence: no_evidence_for_key_prefix",
        "missing_verdicts_withheld"),
@@ -823,8 +824,8 @@ CASES: list[Case] = [
        "object:content_type_unknown:video/x-matroska", "recording_quarantined"),
     _c("s3-content-type-octet-stream-everywhere", "s3", "every object stored as"
        " application/octet-stream (a recorder or bucket policy)", "configuration fault:"
-       " nothing quarantined, those rows given back untouched, readiness 503; reconciled"
-       " once the objects' Content-Type is fixed", FIN, octet_stream_everywhere,
+       " nothing quarantined, those rows given back untouched and held off, readiness 503;"
+       " reconciled once the objects' Content-Type is fixed", FIN, octet_stream_everywhere,
        Read.HEALTH, "configuration fault in s3_content_type: content_type_unusable:"
        "application/octet-stream", "config_fault"),
     _c("s3-content-type-control-chars", "s3", "Content-Type with control characters",
