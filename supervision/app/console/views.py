@@ -27,6 +27,7 @@ from supervision.app.settings import Config
 from supervision.app.trail import Action, history
 
 PAGE = 50
+PREVIEW_CHARS = 64 * 1024  # of an outbox row's payload or headers on its page
 WINDOWS = ("due", "later", "all")  # recordings: due now, rescheduled later, every Pending
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 NIL = "00000000-0000-0000-0000-000000000000"
@@ -120,16 +121,23 @@ def outbox(conn: psycopg.Connection, after: int, before: int | None) -> dict[str
 
 
 def outbox_row(conn: psycopg.Connection, row_id: int) -> dict[str, Any] | None:
-    """One outbox row with its payload, pretty-printed (rendered as text, escaped)."""
-    rows = _rows(conn, "console_outbox_get", {"id": row_id})
+    """One outbox row with the first :data:`PREVIEW_CHARS` of its payload and headers
+    (pretty-printed when whole) and their sizes: never the whole of a huge payload."""
+    rows = _rows(conn, "console_outbox_get", {"id": row_id, "preview": PREVIEW_CHARS})
     if not rows:
         return None
     row = rows[0]
-    row["payload_text"] = json.dumps(row["payload"], indent=2, sort_keys=True,
-                                     ensure_ascii=False)
-    row["headers_text"] = json.dumps(row["headers"], indent=2, sort_keys=True,
-                                     ensure_ascii=False)
+    for part in ("payload", "headers"):
+        text, size = row[f"{part}_preview"], row[f"{part}_bytes"]
+        row[f"{part}_whole"] = text is None or len(text.encode()) >= size
+        row[f"{part}_text"] = _pretty(text) if row[f"{part}_whole"] else text
     return row
+
+
+def _pretty(text: str | None) -> str:
+    if text is None:
+        return "null"
+    return json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def audit(conn: psycopg.Connection, cfg: Config) -> list[Any]:
