@@ -65,13 +65,14 @@ class Cursor:
 
     @classmethod
     def decode(cls, text: str | None) -> Cursor:
-        if not text or "_" not in text:
+        """The cursor a page's link carries (none: the first page); ValueError when it is
+        not one."""
+        if not text:
             return cls()
-        at, _, ident = text.rpartition("_")
-        try:
-            return cls(dt.datetime.fromisoformat(at), str(uuid.UUID(ident)))
-        except ValueError:
-            return cls()
+        at, sep, ident = text.rpartition("_")
+        if not sep:
+            raise ValueError("not a cursor")
+        return cls(dt.datetime.fromisoformat(at), str(uuid.UUID(ident)))
 
 
 def recordings(conn: psycopg.Connection, status: str, window: str, after: Cursor,
