@@ -222,7 +222,8 @@ def _id(row: runbook.Requeued | runbook.Released) -> str:
 
 
 def _outbox_id(text: str) -> int | None:
-    return int(text) if text.isdigit() and len(text) < 19 else None
+    # isascii: '²'.isdigit() is true and int('²') fails
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
 
 
 def _norm(text: str) -> str | None:

@@ -205,12 +205,14 @@ def replay(conn: psycopg.Connection, ids: list[str]) -> list[Replayed]:
     """Put the dead-lettered outbox rows *ids* back on the relay's path (their dead
     letters deleted, the row's 'dead-letter:' mark cleared) and wake the relays;
     all-or-nothing: an id that is not a dead letter raises UnknownIds."""
-    numbers = sorted({int(i) for i in ids if i.isdigit() and len(i) < 19})
+    # isascii: '²'.isdigit() is true and int('²') fails
+    numbers = sorted({int(i) for i in ids if i.isascii() and i.isdigit() and len(i) < 19})
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(OUTBOX_QUERIES["outbox_dead_letters_lookup"],
                            {"ids": numbers}).fetchall()
         known = {str(r["outbox_id"]) for r in rows}
-        unknown = [i for i in ids if not (i.isdigit() and str(int(i)) in known)]
+        unknown = [i for i in ids if not (i.isascii() and i.isdigit() and len(i) < 19
+                                          and str(int(i)) in known)]
         if unknown:
             raise UnknownIds(unknown)
         cur.execute(OUTBOX_QUERIES["outbox_dead_letters_replay"], {"ids": numbers})

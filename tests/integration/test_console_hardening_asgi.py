@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -18,6 +19,7 @@ from supervision.app.console.audit_runs import AUDIT_MIN_INTERVAL_S
 from supervision.app.console.inputs import MAX_FORM_BYTES
 from supervision.app.console.security import SESSION_COOKIE
 from supervision.app.console.views import PREVIEW_CHARS
+from tests.cli import cli, postgres_only_config
 from tests.integration.console.support import console_config, dead_letter
 from tests.integration.console.test_console_asgi import client_for, form_token, post, token
 
@@ -203,3 +205,12 @@ async def test_the_audit_runs_on_a_post_only_rate_limited_and_shows_its_age(
     assert again.status_code == 429
     assert 0 < int(again.headers["retry-after"]) <= AUDIT_MIN_INTERVAL_S
     assert trail_rows(db_dsn) == 0
+
+
+def test_cli_replay_of_a_superscript_id_is_refused_not_a_traceback(
+        db_dsn: str, tmp_path: Path) -> None:
+    """`safetynet replay ²`: '²'.isdigit() is true and int('²') fails; it is named as not
+    a dead letter (exit 2), nothing changes, and the refusal is recorded."""
+    done = cli(postgres_only_config(tmp_path, db_dsn), "replay", "²", "--reason", "typo")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "not dead letters, nothing changed" in done.stderr and "²" in done.stderr
