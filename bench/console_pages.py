@@ -72,7 +72,7 @@ WHERE published_at IS NULL AND id %% 100000 = 0
 """
 PAGES = ("/", "/recordings?status=Quarantined", "/recordings?status=Pending&window=due",
          "/recordings?status=Pending&window=later", "/recordings?q=no-such-file-id",
-         "/conferences", "/outbox", "/outbox/100", "/audit", "/history")
+         "/conferences", "/outbox", "/outbox/keys", "/outbox/100", "/audit", "/history")
 SECRET = "bench-proxy-secret-0123456789"
 
 

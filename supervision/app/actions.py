@@ -213,6 +213,32 @@ def revoke_acceptance(conn: psycopg.Connection, who: Actor, bucket: str, key_pre
     return ended, trail_id
 
 
+@attrs.frozen
+class SetAside:
+    verb: Verb
+    changed: list[int]  # the outbox ids set aside
+    skipped: list[str]  # snapshot ids no longer in retry (published, dead-lettered, gone)
+    trail_id: int
+
+
+def set_aside_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[str],
+                       reason: str) -> SetAside:
+    """Release the keys held back by the rows in retry *outbox_ids* (the frozen-keys page's
+    blockers): each still unpublished and failing is dead-lettered without blocking its
+    key (:func:`supervision.app.frozen_keys.set_aside`, locked); the others are skipped.
+    Trailed as ``release-key``."""
+    from supervision.app.frozen_keys import set_aside
+
+    numbers = sorted({n for n in map(_outbox_id, outbox_ids) if n is not None})
+    with conn.transaction():
+        done = set_aside(conn, numbers)
+        skipped = [i for i in outbox_ids if _outbox_id(i) not in done]
+        trail_id = record_action(conn, who, Verb.RELEASE_KEY, [str(n) for n in done],
+                                 reason, {"changed": len(done), "set_aside": done,
+                                          "skipped": skipped})
+    return SetAside(Verb.RELEASE_KEY, done, skipped, trail_id)
+
+
 def _by(who: Actor) -> str:
     return f"{who.name}@{who.client}" if who.client else who.name
 

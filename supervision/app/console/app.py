@@ -40,6 +40,7 @@ from supervision.app.console.security import (
     cross_site,
     new_session,
 )
+from supervision.app.frozen_keys import frozen_keys
 from supervision.app.settings import Config
 from supervision.app.trail import Actor, Origin, Verb, record_action
 from supervision.database import Database
@@ -69,12 +70,14 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
     routes = [
         Route("/", console.overview), Route("/recordings", console.recordings),
         Route("/conferences", console.conferences), Route("/outbox", console.outbox),
+        Route("/outbox/keys", console.frozen_keys),
         Route("/outbox/{row_id:int}", console.outbox_row), Route("/audit", console.audit),
         Route("/audit/run", console.run_audit, methods=["POST"]),
         Route("/history", console.history),
         Route("/static/console.css", console.css),
         *(Route(f"/actions/{name}", getattr(console, f"act_{name}"), methods=["POST"])
           for name in ("requeue", "release", "replay", "pause", "resume", "audit")),
+        Route("/actions/release-key", console.act_release_key, methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[
         Middleware(_Guard, gate=gate, site=Site.of(cfg.console))])
@@ -210,6 +213,12 @@ class _Console:
         selecting = self.cfg.console.allow_actions and bool(data["dead"])
         return self.render(request, "outbox.html", data,
                            refresh=after == 0 and before is None and not selecting)
+
+    @_page
+    async def frozen_keys(self, request: Request) -> Response:
+        """Every key held back, its blocker and the action that releases it."""
+        found = await self.read(frozen_keys, views.PAGE)
+        return self.render(request, "frozen_keys.html", {"found": found})
 
     @_page
     async def outbox_row(self, request: Request) -> Response:
@@ -359,6 +368,15 @@ class _Console:
                                      reason)
 
         return await self._confirm_or_act(request, Verb.REPLAY, act, needs_ids=True,
+                                          check=lambda _, ids: inputs.outbox_ids(ids))
+
+    async def act_release_key(self, request: Request) -> Response:
+        """Set aside the rows in retry holding back their keys (the frozen-keys page)."""
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            return await self._write(actions.set_aside_snapshot, self._who(request), ids,
+                                     reason)
+
+        return await self._confirm_or_act(request, Verb.RELEASE_KEY, act, needs_ids=True,
                                           check=lambda _, ids: inputs.outbox_ids(ids))
 
     async def act_pause(self, request: Request) -> Response:
