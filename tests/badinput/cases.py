@@ -970,6 +970,10 @@ CASES: list[Case] = [
        "a usage error naming --since (exit 2), never a traceback", TOOL,
        cp.history_cli_since_huge, Read.OUTPUT, "exit 2: Error: Invalid value for"
        " --since: a duration (24h) or an ISO date/time after the year 1"),
+    _c("cli-replay-superscript", "console", "`safetynet replay ²` ('²'.isdigit() is true,"
+       " int('²') fails)", "named as not a dead letter (exit 2), nothing changed, the"
+       " refusal recorded; never a traceback", TOOL, cp.replay_cli_superscript, Read.OUTPUT,
+       "exit 2: error: not dead letters, nothing changed: "),
     _c("console-form-multipart", "console", "an action posted as multipart/form-data with"
        " a file", "refused (415) unread: nothing spooled to disk, nothing acted", TOOL,
        cp.form_multipart, Read.OUTPUT,

@@ -249,5 +249,10 @@ async def history_cli_since_huge(world: World) -> Planted:
         world, ["history", "--since", "1000000d"], {})})
 
 
+async def replay_cli_superscript(world: World) -> Planted:
+    return Planted(extra={"run": lambda: _safetynet(
+        world, ["replay", "²", "--reason", "typo"], {})})
+
+
 GOOD_HASH = hash_password("badinput", n=MIN_N)
 CHEAP_HASH = hash_password("badinput", n=2**10)
