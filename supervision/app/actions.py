@@ -221,10 +221,37 @@ def revoke_acceptance(conn: psycopg.Connection, who: Actor, bucket: str, key_pre
     return ended, trail_id
 
 
+@attrs.frozen
+class SetAside:
+    verb: Verb
+    changed: list[int]  # the outbox ids set aside
+    skipped: list[str]  # snapshot ids no longer in retry (published, dead-lettered, gone)
+    trail_id: int
+    rejected: int = 0  # inputs that were not outbox ids (counted only)
+
+
+def set_aside_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[str],
+                       reason: str) -> SetAside:
+    """Release the keys held back by the rows in retry *outbox_ids* (the frozen-keys page's
+    blockers): each still unpublished and failing is dead-lettered without blocking its
+    key (:func:`supervision.app.frozen_keys.set_aside`, locked); the others are skipped.
+    Trailed as ``release-key``."""
+    from supervision.app.frozen_keys import set_aside
+
+    given = parse_ids(IdKind.BIGINT, outbox_ids)
+    numbers = sorted(int(i) for i in given.valid)
+    with conn.transaction():
+        done = set_aside(conn, numbers)
+        skipped = [i for i in given.valid if int(i) not in done]
+        trail_id = record_action(conn, who, Verb.RELEASE_KEY, [str(n) for n in done],
+                                 reason, {"changed": len(done), "set_aside": done,
+                                          "skipped": skipped, **given.counts()})
+    return SetAside(Verb.RELEASE_KEY, done, skipped, trail_id, given.rejected)
+
+
 def _by(who: Actor) -> str:
     return f"{who.name}@{who.client}" if who.client else who.name
 
 
 def _id(row: runbook.Requeued | runbook.Released) -> str:
     return row.attempt_id if isinstance(row, runbook.Requeued) else row.conference_id
-

@@ -63,7 +63,7 @@ class Verb(enum.StrEnum):
     AUDIT = "audit"
     REPLAY = "replay"  # dead letters (a replayed one no longer blocks its key)
     PURGE_DEAD_LETTERS = "purge-dead-letters"  # `safetynet dead-letters --purge`
-    RELEASE_KEY = "release-key"  # a blocked outbox key (no verb of its own: replay does it)
+    RELEASE_KEY = "release-key"  # a key held back by a row in retry, set aside (console)
     ACCEPT_MISSING = "accept-missing"  # Missing verdicts accepted without evidence
     REVOKE_ACCEPTANCE = "revoke-acceptance"  # `safetynet accept-missing --revoke`
 
@@ -79,6 +79,7 @@ class IdKind(enum.StrEnum):
 
 ID_KINDS = {Verb.REQUEUE: IdKind.UUID, Verb.RELEASE: IdKind.UUID,
             Verb.REPLAY: IdKind.BIGINT, Verb.PURGE_DEAD_LETTERS: IdKind.BIGINT,
+            Verb.RELEASE_KEY: IdKind.BIGINT,
             Verb.PAUSE: IdKind.JOB, Verb.RESUME: IdKind.JOB}
 _BIGINT = re.compile(r"[0-9]{1,19}", re.ASCII)
 _JOB = re.compile(r"[a-z0-9-]{1,64}", re.ASCII)

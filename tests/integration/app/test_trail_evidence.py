@@ -195,19 +195,26 @@ async def role_console(runtime_dsn: str) -> AsyncIterator[httpx.AsyncClient]:
 
 async def test_a_forged_console_form_of_large_values_leaves_a_small_row(
         db_dsn: str, role_console: httpx.AsyncClient) -> None:
-    """The console, connected as the runtime role: a requeue form posting 49 values of
-    200 KB beside one row seen Quarantined requeues it, says how many values it ignored,
-    and the trail row is small."""
+    """The console, connected as the runtime role: a requeue form past the form cap never
+    reaches the action (413); one posting values that are not ids beside a row seen
+    Quarantined is shown again with the error and changes and records nothing; the row
+    alone is requeued, and its trail row is small."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         seen, seen_rec = quarantine(conn, "s3:http_503")
     page = (await role_console.get("/recordings?status=Quarantined")).text
     data = {"token": token(page), "status": "Quarantined", "confirm": "yes",
-            "reason": "fixed", "ids": ["w" * 200_000] * 49 + [seen]}
-    done = await post(role_console, "/actions/requeue", data)
-    assert done.status_code == 200, done.text[:500]
-    assert "1 changed" in done.text and 'id="rejected">49 ' in done.text
+            "reason": "fixed", "ids": ["w" * 1_000] * 49 + [seen]}
+    too_big = await post(role_console, "/actions/requeue", {**data, "ids": ["w" * 200_000]})
+    assert too_big.status_code == 413
+    refused = await post(role_console, "/actions/requeue", data)
+    assert refused.status_code == 400
+    assert rows(db_dsn) == []
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert attempt(conn, seen_rec)["status"] == "Quarantined"
+    done = await post(role_console, "/actions/requeue", {**data, "ids": [seen]})
+    assert done.status_code == 200 and "1 changed" in done.text, done.text[:500]
     ((_, verb, ids, result, size),) = rows(db_dsn)
-    assert (verb, ids, result["rejected"], result["skipped"]) == ("requeue", [seen], 49, [])
+    assert (verb, ids, result["skipped"]) == ("requeue", [seen], [])
     assert size < 4096
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert attempt(conn, seen_rec)["status"] == "Pending"

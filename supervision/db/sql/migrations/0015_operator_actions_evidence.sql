@@ -14,7 +14,8 @@
 -- * `at` is the inserting transaction's now(); `db_user` its session_user (the login,
 --   also under SET ROLE).
 -- * ids: at most 1000 of them (a purge batch), each of the type its verb acts on —
---   a uuid (requeue, release), a bigint outbox id (replay, purge-dead-letters), a job
+--   a uuid (requeue, release), a bigint outbox id (replay, purge-dead-letters,
+--   release-key), a job
 --   name (pause, resume) — or, for any other verb, text of at most 1400 characters (an
 --   `s3://bucket/prefix` location); `result` at most 256 KiB as text.
 -- What a table owner can still do is in docs/console.md ("The operator trail").
@@ -58,7 +59,7 @@ DECLARE
     one text;
     kind text := CASE
         WHEN NEW.verb IN ('requeue', 'release') THEN 'uuid'
-        WHEN NEW.verb IN ('replay', 'purge-dead-letters') THEN 'bigint'
+        WHEN NEW.verb IN ('replay', 'purge-dead-letters', 'release-key') THEN 'bigint'
         WHEN NEW.verb IN ('pause', 'resume') THEN 'job'
         ELSE 'text'
     END;
