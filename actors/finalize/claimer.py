@@ -17,8 +17,11 @@ pool works during one claim transaction: ``batch_size`` >= 2 x the reconciler po
 (4 x ``s3.concurrency``) keeps every connection busy (bench/latency_drain.py). It claims
 until nothing is due, the cycle's ``max_run_duration`` is reached, or the breaker opens —
 never stops because Missing verdicts are held for want of evidence
-(:mod:`actors.finalize.evidence`): a held row is not given back before the claimer is
-done, so it cannot be claimed twice in one cycle, and found rows keep flowing.
+(:mod:`actors.finalize.evidence`), and found rows keep flowing. Each claim is numbered
+(``ClaimedRow.batch``) and announced to the verdict gate with its count of rows to HEAD
+before the first of them is sent: the gate judges batch by batch. A held row given back
+before the claimer is done is due only after its hold-off (past the cycle's AsOf), so it
+cannot be claimed twice in one cycle.
 
 What cancellation does: a claim in flight commits or rolls back whole (``atomic``); rows
 already claimed but not yet committed keep their pre-incremented attempt and come back
@@ -45,9 +48,10 @@ async def run_finalize_claimer(
     done (ends the pipeline)."""
     cfg, counts, breaker = cycle.cfg, cycle.counts, cycle.breaker
     async with to_reconcile, to_commit:
+        batch = 0
         while not cycle.stop_claiming:
             claim = await cycle.db.atomic(claim_due, cfg, cycle.as_of,
-                                          cycle.s3_down or breaker.open, cfg.batch_size)
+                                          cycle.s3_down or breaker.open, cfg.batch_size, batch)
             counts.skipped_locked += claim.skipped_locked
             counts.rescheduled += claim.rescheduled
             if not claim.rows and not claim.rescheduled:
@@ -55,6 +59,10 @@ async def run_finalize_claimer(
             if claim.rows:
                 log.info("batch_claimed", rows=len(claim.rows),
                          rescheduled=claim.rescheduled, skipped_locked=claim.skipped_locked)
+            reconcile = sum(row.phase is ClaimPhase.RECONCILE for row in claim.rows)
+            for closed in cycle.gate.open_batch(batch, reconcile):  # before its first HEAD
+                await to_commit.send(closed)
+            batch += 1
             for row in claim.rows:
                 if row.phase is ClaimPhase.RECONCILE:
                     await to_reconcile.send(row)

@@ -43,6 +43,7 @@ import psycopg
 import structlog
 import trio
 
+from actors.finalize.holdoff import HoldOff
 from actors.finalize.messages import (
     AttemptStatus,
     BadRow,
@@ -91,8 +92,10 @@ class EffectKind(enum.Enum):
     TRANSIENT = "transient"  # back-off kept (or quarantined at max_attempts)
     QUARANTINED = "quarantined"  # poison or bad data
     DEFERRED = "deferred"  # the breaker opened before its HEAD: given back untouched
-    WITHHELD = "withheld"  # Missing without evidence: given back untouched
-    UNCLAIMED = "unclaimed"  # a configuration fault: given back untouched
+    WITHHELD = "withheld"  # Missing without evidence: given back untouched, due again
+    # after the hold-off (actors.finalize.holdoff)
+    UNCLAIMED = "unclaimed"  # a configuration fault: given back untouched (an unusable
+    # Content-Type: due again after the hold-off, like a withheld row)
 
 
 @attrs.frozen
@@ -106,7 +109,7 @@ class Effect:
 
 
 def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str,
-                  max_attempts: int) -> Effect:
+                  max_attempts: int, hold: HoldOff) -> Effect:
     """One row's outcome as one statement (runs in a worker thread)."""
     row, decision = outcome.row, outcome.decision
     if isinstance(decision, Found | Terminal):
@@ -126,7 +129,7 @@ def apply_outcome(conn: psycopg.Connection, outcome: RowOutcome, job_run_id: str
         done = quarantine(conn, row, reason)
         return Effect(EffectKind.QUARANTINED,
                       status=AttemptStatus.QUARANTINED if done else None, reason=reason)
-    unclaim(conn, row)
+    unclaim(conn, row, hold.due_again(outcome))
     return given_back(outcome)
 
 
@@ -151,19 +154,20 @@ class OutcomeGroup:
 
 
 def apply_unit(conn: psycopg.Connection, unit: RowOutcome | OutcomeGroup, job_run_id: str,
-               max_attempts: int) -> Effect | list[Effect]:
+               max_attempts: int, hold: HoldOff) -> Effect | list[Effect]:
     if isinstance(unit, OutcomeGroup) and unit.kind is EffectKind.AVAILABLE:
         rows = [(o.row, None if isinstance(o.decision, Terminal)
                  else attrs.asdict(o.decision)) for o in unit.outcomes]
         return [Effect(EffectKind.AVAILABLE, applied=a)
                 for a in publish_available(conn, rows, job_run_id)]
     if isinstance(unit, OutcomeGroup) and unit.kind is EffectKind.UNCLAIMED:
-        unclaim_many(conn, [o.row for o in unit.outcomes])
+        unclaim_many(conn, [o.row for o in unit.outcomes],
+                     [hold.due_again(o) for o in unit.outcomes])
         return [given_back(o) for o in unit.outcomes]
     if isinstance(unit, OutcomeGroup):
         return [Effect(EffectKind.FAILED, applied=a)
                 for a in fail_timeout(conn, [o.row for o in unit.outcomes])]
-    return apply_outcome(conn, unit, job_run_id, max_attempts)
+    return apply_outcome(conn, unit, job_run_id, max_attempts, hold)
 
 
 def plan_units(group: list[RowOutcome]) -> list[RowOutcome | OutcomeGroup]:
@@ -189,7 +193,7 @@ async def run_finalize_committer(
     *gather_turn* gather one at a time (one gathers while the others commit)."""
     db, counts = cycle.db, cycle.counts
     apply = partial(apply_unit, job_run_id=cycle.job_run_id,
-                    max_attempts=cycle.cfg.max_attempts)
+                    max_attempts=cycle.cfg.max_attempts, hold=HoldOff.of(cycle.cfg, cycle.as_of))
     turn = gather_turn or trio.Lock()
     # bound once per cycle: the module's lazy proxy builds a logger on every call (it
     # follows a reload's reconfiguration; this one follows it from the next cycle on)

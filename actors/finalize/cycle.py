@@ -10,7 +10,7 @@ Runs inside the lock keeper's scope while it holds the job's advisory lock:
     claimer ──ClaimedRow──▶ S3 reconciler pool (2 x s3.concurrency) ──RowOutcome──▶ committers
       (claims of batch_size rows,        │ verdict gate: Missing held until evidence,  ▲
        the next one while the pool       │ unusable Content-Type until a usable one    │
-       works the last)                   └── at the end: held rows given back ─────────┤
+       works the last)                   └── batch done: held rows given back ─────────┤
         └──────────────RowOutcome (terminal, poison)────────────────────────────────────┘
 
 The claimer, the reconciler pool and the committers share one
@@ -27,8 +27,9 @@ channels drains the pool and then the committers, so the cycle returns only afte
 claimed row has been committed (or, when cancelled, each row committed or rolled back
 whole). A Missing verdict needs evidence that the configuration points where the
 binaries are (:mod:`actors.finalize.evidence`): without any, those rows are given back
-untouched at the end of the cycle (``withheld``), readiness is 503 and an alert fires; the
-found rows of the same cycle are not slowed. Every found object with an unusable
+untouched as soon as their claim batch is done (``withheld``), due again after a hold-off
+(:mod:`actors.finalize.holdoff`), readiness is 503 and an alert fires; the found rows of
+the same cycle are not slowed. Every found object with an unusable
 Content-Type (at least a few) is a configuration fault the same way.
 """
 
@@ -145,7 +146,7 @@ async def _claim_and_reconcile(
     outcomes_send: trio.MemorySendChannel[RowOutcome],
 ) -> None:
     """The claimer and the reconciler pool; once both are done, the rows the verdict gate
-    still holds go to the committers (given back untouched, or poison)."""
+    still holds (none, unless a batch never finished) go to the committers."""
     async with outcomes_send:
         async with trio.open_nursery() as nursery:
             for inbox in inboxes:
@@ -158,18 +159,20 @@ async def _claim_and_reconcile(
 
 def _judge_cycle(job: FinalizeJob, gate: VerdictGate, judged: bool) -> None:
     """Readiness and the logs after a cycle that ran its claim: a fault for withheld
-    verdicts and for unusable Content-Types, cleared by a cycle that could judge (S3 up,
-    the breaker closed) without them."""
+    verdicts and for unusable Content-Types. Rows given back for either are held off (not
+    HEADed by the cycles in between), so a cycle without them clears the fault only when
+    it shows the cause gone: it could judge (S3 up, the breaker closed) and had evidence,
+    or found an object with a usable Content-Type."""
     if gate.withheld:
         HEALTH.set_fault(EVIDENCE_FAULT, NO_EVIDENCE)
         log.error("missing_verdicts_withheld", reason=NO_EVIDENCE, withheld=gate.withheld,
                   key_prefix=job.key_prefix)
-    elif judged:
+    elif judged and gate.evidence is not None:
         HEALTH.clear_fault(EVIDENCE_FAULT)
     if gate.types_fault is not None:
         HEALTH.set_fault(CONTENT_TYPE_FAULT, gate.types_fault)
         log.error("config_fault", component=CONTENT_TYPE_FAULT, error=gate.types_fault)
-    elif judged:
+    elif judged and gate.usable_types:
         HEALTH.clear_fault(CONTENT_TYPE_FAULT)
 
 

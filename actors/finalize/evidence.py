@@ -3,9 +3,10 @@ show that the configuration points where the binaries are.
 
 >>> start = await gather_evidence(db, store, "bucket", "call-recordings/")
 >>> gate = VerdictGate(evidence=start)      # Evidence | None
+>>> gate.open_batch(0, 100)                 # the claimer, before sending a claim's rows
 >>> for outcome in gate.judge(row, head):   # in the reconcilers, per HEAD
 ...     await to_commit.send(outcome)
->>> held = gate.close(breaker_open=False)  # after the last HEAD of the cycle
+>>> rest = gate.close(breaker_open=False)  # after the last HEAD of the cycle
 
 Evidence, cheapest first, checked once per cycle:
 
@@ -22,18 +23,29 @@ Evidence, cheapest first, checked once per cycle:
 
 :class:`VerdictGate` holds the Missing outcomes that arrive while there is none, and lets
 them through — every one, no cap — the moment evidence appears; nothing else waits on it,
-so a found row is never slowed. What is still held when the cycle's last HEAD is done is
-**withheld**: given back untouched (no attempt spent, due again), ``withheld`` in the
+so a found row is never slowed. It judges claim batch by claim batch: a batch's rows get
+the evidence of the cycle's start, of their own batch and of the batches claimed before
+it — never of a later one. Once a batch's last HEAD is in (and every batch before it is
+closed), what it still holds is **withheld**: given back without spending an attempt,
+due again after a hold-off (:mod:`actors.finalize.holdoff`: at least ``backoff_base``,
+as long as the row has been overdue, at most ``backoff_cap``), ``withheld`` in the
 counts, readiness 503 (``s3_evidence: no_evidence_for_key_prefix``) and the
-``RecordingFinalizeVerdictsWithheld`` alert.
+``RecordingFinalizeVerdictsWithheld`` alert. So held rows live no longer than their batch
+(and the few batches in flight before it); a found row later in the backlog gives its
+own batch and every later one the evidence, and the next cycle's positive canary (that
+recording, Available now) gives it to every row. Because no verdict depends on how far
+the cycle gets or on the order in which concurrent HEADs answer (the outage breaker's
+count of consecutive failures aside), ``safetynet plan`` replays this very gate over the
+rows in claim order and predicts the run.
 
 The same gate applies the seed's content-type rule: a Content-Type that maps to no format
-(``application/octet-stream``, none at all) quarantines that row — unless the cycle found
-no object with a usable one. Those rows are held like Missing ones; a usable object
-releases them (one odd object stays per-row poison); at the cycle's end, at least
-:data:`CONTENT_TYPE_FAULT_MIN` of them and no usable object make a configuration fault
-(``s3_content_type: content_type_unusable:<type>``): nothing quarantined, the rows given
-back untouched, readiness 503, ``ConfigurationFault``. Fewer than that are poison each.
+(``application/octet-stream``, none at all) quarantines that row once an object with a
+usable one was found in its batch or before it (one odd object: per-row poison). Until
+then those rows are held like Missing ones, and a usable object releases them; when their batch
+closes, at least :data:`CONTENT_TYPE_FAULT_MIN` of them in the cycle so far and no usable
+object make a configuration fault (``s3_content_type: content_type_unusable:<type>``):
+nothing quarantined, the rows given back untouched with the same hold-off as withheld
+ones, readiness 503, ``ConfigurationFault``. Fewer than that are poison each.
 
 What cancellation does: held rows are dropped with the cycle; like every claimed row not
 committed, they keep the attempt pre-incremented at claim and come back after their
@@ -110,7 +122,7 @@ async def gather_evidence(db: Database, store: ObjectStore, bucket: str, key_pre
     return None
 
 
-def unusable_type(outcome: HeadOutcome) -> bool:
+def unusable_type(outcome: HeadOutcome | NotAttempted) -> bool:
     """An object whose Content-Type names no recording format (or is missing)."""
     return isinstance(outcome, Poison) and outcome.error.startswith("content_type_")
 
@@ -122,61 +134,151 @@ def usable_type(outcome: HeadOutcome) -> bool:
 
 
 @attrs.define
-class VerdictGate:
-    """One cycle's judgement of Missing verdicts and unusable Content-Types."""
+class _Batch:
+    """The reconcile rows of one claim, as the gate sees them."""
 
-    evidence: Evidence | None = None
-    usable_types: bool = False  # an object of this cycle had a usable Content-Type
+    expected: int | None = None  # rows the claimer sent to the reconcilers (None: unknown)
+    judged: int = 0
+    found: bool = False  # an object of this batch proves where the HEADs look
+    usable: bool = False  # an object of this batch had a usable Content-Type
+    unusable: int = 0  # objects of this batch whose Content-Type names no format
     held_missing: list[ClaimedRow] = attrs.Factory(list)
     held_types: list[RowOutcome] = attrs.Factory(list)
-    withheld: int = 0  # set by close()
-    types_fault: str | None = None  # set by close()
 
-    def judge(self, row: ClaimedRow, outcome: HeadOutcome) -> list[RowOutcome]:
-        """What goes to the committers now: this row's outcome unless it must wait, and
-        the held rows it releases."""
+    @property
+    def complete(self) -> bool:
+        return self.expected is not None and self.judged >= self.expected
+
+
+@attrs.define
+class VerdictGate:
+    """One cycle's judgement of Missing verdicts and unusable Content-Types, claim batch by
+    claim batch (``row.batch``): what a batch's rows are judged with is the cycle's start
+    evidence and what its own HEADs and those of the batches before it found — never what
+    a later batch finds, so the verdicts do not depend on how far the cycle gets or on the
+    order in which concurrent HEADs answer (``safetynet plan`` replays the same gate)."""
+
+    evidence: Evidence | None = None  # at the start; OBJECT_FOUND once an object is found
+    usable_types: bool = False  # an object of this cycle had a usable Content-Type
+    withheld: int = 0  # rows given back as Withheld so far
+    types_fault: str | None = None  # set when rows are given back for their Content-Type
+    _start: Evidence | None = attrs.field(default=None, init=False)
+    _batches: dict[int, _Batch] = attrs.field(factory=dict, init=False)
+    _next: int = attrs.field(default=0, init=False)  # the first batch not yet closed
+    _found_from: int | None = attrs.field(default=None, init=False)  # first batch with one
+    _usable_from: int | None = attrs.field(default=None, init=False)
+    _unusable_through: int = attrs.field(default=0, init=False)  # in the closed batches
+    _breaker_from: int | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._start = self.evidence
+
+    @property
+    def held(self) -> int:
+        """Rows held right now (those of the batches not yet closed)."""
+        return sum(len(b.held_missing) + len(b.held_types) for b in self._batches.values())
+
+    def open_batch(self, batch: int, rows: int) -> list[RowOutcome]:
+        """The claimer sent *rows* rows of claim *batch* to the reconcilers (before the
+        first of them); what that closes (an empty batch closes at once)."""
+        self._batch(batch).expected = rows
+        return self._close_complete()
+
+    def judge(self, row: ClaimedRow, outcome: HeadOutcome | NotAttempted,
+              breaker_open: bool = False) -> list[RowOutcome]:
+        """What goes to the committers now: this row's outcome unless it must wait, the
+        held rows it releases, and the batches it completes. *breaker_open*: the breaker
+        is open once this outcome is recorded."""
+        batch, k = self._batch(row.batch), row.batch
+        if breaker_open and self._breaker_from is None:
+            self._breaker_from = k
         released: list[RowOutcome] = []
         if isinstance(outcome, Found | Poison) and not outcome_unreadable(outcome):
-            if self.evidence is None:  # an object where the HEADs look: they are right
-                self.evidence = Evidence.OBJECT_FOUND
-                released += [RowOutcome(r, Missing()) for r in self.held_missing]
-                self.held_missing.clear()
-            if usable_type(outcome) and not self.usable_types:
-                self.usable_types = True
-                released += self.held_types
-                self.held_types.clear()
-        if isinstance(outcome, Missing) and self.evidence is None:
-            self.held_missing.append(row)
-        elif unusable_type(outcome) and not self.usable_types:
-            self.held_types.append(RowOutcome(row, outcome))
+            batch.found = True
+            self.evidence = self.evidence or Evidence.OBJECT_FOUND
+            if self._found_from is None or k < self._found_from:
+                self._found_from = k
+                released += self._release_missing(k)
+            if usable_type(outcome):
+                batch.usable = self.usable_types = True
+                if self._usable_from is None or k < self._usable_from:
+                    self._usable_from = k
+                    released += self._release_types(k)
+        if isinstance(outcome, Missing) and not self._evidence_for(k):
+            batch.held_missing.append(row)
+        elif unusable_type(outcome):
+            batch.unusable += 1
+            if self._usable_from is not None and self._usable_from <= k:
+                released.insert(0, RowOutcome(row, outcome))
+            else:
+                batch.held_types.append(RowOutcome(row, outcome))
         else:
             released.insert(0, RowOutcome(row, outcome))
-        return released
+        batch.judged += 1
+        return released + self._close_complete()
 
     def close(self, breaker_open: bool) -> list[RowOutcome]:
-        """The held rows, once no HEAD of the cycle is left: Missing ones withheld;
-        unusable types a configuration fault from :data:`CONTENT_TYPE_FAULT_MIN` on, else
-        poison each. When the breaker opened, every held row is deferred instead: the
-        store was not answering well enough to judge."""
+        """Every batch still open, in order, once no HEAD of the cycle is left (rows of an
+        unfinished batch held until now: a cancelled or unit-test cycle)."""
+        if breaker_open and self._breaker_from is None:
+            self._breaker_from = self._next
         out: list[RowOutcome] = []
-        for row in self.held_missing:
-            out.append(RowOutcome(row, NotAttempted("s3_breaker_open") if breaker_open
-                                  else Withheld(NO_EVIDENCE)))
-        if not breaker_open:
-            self.withheld = len(self.held_missing)
-        self.held_missing = []
-        if breaker_open:  # the cycle stopped short: judge these rows next time
-            out += [RowOutcome(o.row, NotAttempted("s3_breaker_open")) for o in self.held_types]
-        elif len(self.held_types) >= CONTENT_TYPE_FAULT_MIN:
-            first = self.held_types[0].decision
+        for k in sorted(self._batches):
+            out += self._close_batch(k)
+        return out
+
+    def _batch(self, k: int) -> _Batch:
+        if k not in self._batches:
+            self._batches[k] = _Batch()
+        return self._batches[k]
+
+    def _evidence_for(self, k: int) -> bool:
+        return self._start is not None or (self._found_from is not None
+                                           and self._found_from <= k)
+
+    def _release_missing(self, k: int) -> list[RowOutcome]:
+        out: list[RowOutcome] = []
+        for j, batch in self._batches.items():
+            if j >= k:
+                out += [RowOutcome(r, Missing()) for r in batch.held_missing]
+                batch.held_missing = []
+        return out
+
+    def _release_types(self, k: int) -> list[RowOutcome]:
+        out: list[RowOutcome] = []
+        for j, batch in self._batches.items():
+            if j >= k:
+                out += batch.held_types
+                batch.held_types = []
+        return out
+
+    def _close_complete(self) -> list[RowOutcome]:
+        out: list[RowOutcome] = []
+        while self._next in self._batches and self._batches[self._next].complete:
+            out += self._close_batch(self._next)
+        return out
+
+    def _close_batch(self, k: int) -> list[RowOutcome]:
+        """What batch *k*'s held rows become, every batch before it closed: deferred when
+        the breaker opened in it or before (the store was not answering well enough to
+        judge); else its 404s withheld, and its unusable types a configuration fault once
+        the cycle has met :data:`CONTENT_TYPE_FAULT_MIN` of them with no usable one,
+        poison each before that."""
+        batch = self._batches.pop(k)
+        self._next = k + 1
+        self._unusable_through += batch.unusable
+        held = [RowOutcome(r, Withheld(NO_EVIDENCE)) for r in batch.held_missing]
+        types = batch.held_types
+        if self._breaker_from is not None and self._breaker_from <= k:
+            return [RowOutcome(o.row, NotAttempted("s3_breaker_open")) for o in held + types]
+        self.withheld += len(held)
+        if types and self._unusable_through >= CONTENT_TYPE_FAULT_MIN:
+            first = types[0].decision
             assert isinstance(first, Poison)
             kind = first.error.removeprefix("content_type_").removeprefix("unknown:")
             self.types_fault = f"{CONTENT_TYPE_FAULT}:{kind}"
-            out += [RowOutcome(o.row, Fault(self.types_fault)) for o in self.held_types]
-        else:
-            out += self.held_types
-        self.held_types = []
-        return out
+            types = [RowOutcome(o.row, Fault(self.types_fault)) for o in types]
+        return held + types
 
 
 def outcome_unreadable(outcome: HeadOutcome) -> bool:

@@ -48,6 +48,8 @@ class ClaimedRow:
     old_next_attempt_at: dt.datetime
     tenant_id: str | None = None
     poison_reason: str | None = None  # phase poison: why no verdict is possible
+    session_ended_at: dt.datetime | None = None  # when its session ended (reconcile rows)
+    batch: int = 0  # which claim of the cycle took it (0, 1, ...): the verdict gate's unit
 
 
 @attrs.frozen

@@ -16,7 +16,9 @@ attempt they were claimed with.
 Every outcome passes the cycle's :class:`~actors.finalize.evidence.VerdictGate`: a Missing
 one waits there until the cycle has evidence that its 404s mean "not uploaded" (then it
 goes on, with every other held one), and an unusable Content-Type until an object with a
-usable one is found; nothing else waits, so a found row goes straight on.
+usable one is found; nothing else waits, so a found row goes straight on. Rows not
+HEADed (breaker open, fault, no worker) pass the gate too: it counts every row of a claim
+batch before it closes the batch.
 
 When no S3 worker process can run (it died and may not restart yet, or cannot start),
 nothing is sent: the row is given back untouched and the breaker opens, so a broken
@@ -54,20 +56,20 @@ async def run_s3_reconciler(
     """One worker of the pool: runs until *inbox* is closed and drained."""
     async with outbox:
         async for row in inbox:
+            outcome: HeadOutcome | NotAttempted
             if breaker.fault is not None:
-                await outbox.send(RowOutcome(row, Fault(breaker.fault)))
-                continue
-            if breaker.open:
-                await outbox.send(RowOutcome(row, NotAttempted("s3_breaker_open")))
-                continue
-            outcome: HeadOutcome = await store.head_recording(row.recording_id)
-            if isinstance(outcome, Fault):
-                breaker.trip(outcome.error)
-            elif isinstance(outcome, Transient) and outcome.error == NOT_SENT:
-                breaker.trip()  # no S3 worker: nothing went out
-                await outbox.send(RowOutcome(row, NotAttempted(NOT_SENT)))
-                continue
+                outcome = Fault(breaker.fault)
+            elif breaker.open:
+                outcome = NotAttempted("s3_breaker_open")
             else:
-                breaker.record(isinstance(outcome, Transient))
-            for decided in gate.judge(row, outcome):
+                outcome = await store.head_recording(row.recording_id)
+                if isinstance(outcome, Fault):
+                    breaker.trip(outcome.error)
+                elif isinstance(outcome, Transient) and outcome.error == NOT_SENT:
+                    breaker.trip()  # no S3 worker: nothing went out
+                    outcome = NotAttempted(NOT_SENT)
+                else:
+                    breaker.record(isinstance(outcome, Transient))
+            # every row passes the gate (it counts its batch's rows), HEADed or not
+            for decided in gate.judge(row, outcome, breaker.open):
                 await outbox.send(decided)

@@ -31,8 +31,9 @@ class Claim:
 
 
 def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.datetime,
-              s3_down: bool, size: int | None = None) -> Claim:
-    """Claim up to *size* due rows (default ``cfg.batch_size``)."""
+              s3_down: bool, size: int | None = None, batch: int = 0) -> Claim:
+    """Claim up to *size* due rows (default ``cfg.batch_size``), as the cycle's claim
+    number *batch*."""
     params = {
         "as_of": as_of, "batch_size": size or cfg.batch_size, "sla": cfg.finalize_sla_timeout,
         "recheck": cfg.polling_interval, "backoff_base": cfg.backoff_base,
@@ -51,10 +52,10 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
     if not records:
         return Claim(rows, rescheduled, skipped)
     (i_id, i_rec, i_kind, i_sess, i_att, i_phase, i_status, i_old_att, i_old_next, i_tenant,
-     i_poison, i_skipped) = (col[name] for name in (
+     i_poison, i_ended, i_skipped) = (col[name] for name in (
         "id", "recording_id", "session_kind", "session_id", "attempts", "phase",
         "recording_status", "old_attempts", "old_next_attempt_at", "tenant_id",
-        "poison_reason", "skipped_locked"))
+        "poison_reason", "session_ended_at", "skipped_locked"))
     for rec in records:
         skipped = int(rec[i_skipped])
         if rec[i_id] is None:
@@ -67,7 +68,7 @@ def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.
             session_id=rec[i_sess], attempts=rec[i_att], phase=rec[i_phase],
             recording_status=rec[i_status], old_attempts=rec[i_old_att],
             old_next_attempt_at=rec[i_old_next], tenant_id=rec[i_tenant],
-            poison_reason=rec[i_poison],
+            poison_reason=rec[i_poison], session_ended_at=rec[i_ended], batch=batch,
         ))
     return Claim(rows, rescheduled, skipped)
 
@@ -131,20 +132,25 @@ def quarantine(conn: psycopg.Connection, row: ClaimedRow, reason: str) -> bool:
     return rec is not None
 
 
-def unclaim(conn: psycopg.Connection, row: ClaimedRow) -> None:
-    """Give a row back untouched: a configuration fault consumes no attempt."""
+def unclaim(conn: psycopg.Connection, row: ClaimedRow,
+            next_attempt_at: dt.datetime | None = None) -> None:
+    """Give a row back untouched: a configuration fault consumes no attempt. Due again at
+    *next_attempt_at* (default: when it was due before the claim)."""
     conn.execute(FINALIZE_QUERIES["finalize_attempts_unclaim"], {
         "id": row.attempt_id, "old_attempts": row.old_attempts,
-        "old_next_attempt_at": row.old_next_attempt_at,
+        "old_next_attempt_at": next_attempt_at or row.old_next_attempt_at,
     })
 
 
-def unclaim_many(conn: psycopg.Connection, rows: list[ClaimedRow]) -> None:
-    """Give a group of rows back untouched, in one statement."""
+def unclaim_many(conn: psycopg.Connection, rows: list[ClaimedRow],
+                 next_attempt_at: list[dt.datetime] | None = None) -> None:
+    """Give a group of rows back untouched, in one statement; each due again at its
+    *next_attempt_at* (default: when it was due before the claim)."""
     conn.execute(FINALIZE_QUERIES["finalize_attempts_unclaim_many"], {
         "ids": [row.attempt_id for row in rows],
         "old_attempts": [row.old_attempts for row in rows],
-        "old_next_attempt_at": [row.old_next_attempt_at for row in rows],
+        "old_next_attempt_at": (next_attempt_at if next_attempt_at is not None
+                                else [row.old_next_attempt_at for row in rows]),
     })
 
 

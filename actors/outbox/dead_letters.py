@@ -24,6 +24,8 @@ dead-lettered then.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
 import structlog
 import trio
@@ -45,11 +47,16 @@ def dead_letter(conn: psycopg.Connection, outbox_id: int, reason: str) -> bool:
 
 
 async def run_dead_letters(db: Database, counts: RelayCounts,
-                           inbox: trio.MemoryReceiveChannel[DeadLetter]) -> None:
-    """Write every dead letter handed over until *inbox* is closed and drained."""
+                           inbox: trio.MemoryReceiveChannel[DeadLetter], *,
+                           written: Callable[[int], None] | None = None) -> None:
+    """Write every dead letter handed over until *inbox* is closed and drained; *written*
+    is told each outbox id once its dead letter is committed (the logical source's slot
+    may then pass it)."""
     async with inbox:
         async for letter in inbox:
             blocks = await db.atomic(dead_letter, letter.id, letter.reason)
+            if written is not None:
+                written(letter.id)
             OUTBOX_DEAD_LETTERED.inc()
             counts.failed += 1
             log.error("outbox_row_dead_lettered", outbox_id=letter.id, topic=letter.topic,

@@ -61,12 +61,14 @@ from actors.leases.lock_keeper import (
 )
 from actors.outbox.claimer import run_claimer
 from actors.outbox.dead_letters import run_dead_letters
+from actors.outbox.logical import run_logical_pipeline, source_of
 from actors.outbox.marker import run_marker
 from actors.outbox.messages import Answered, Claim, DeadLetter
 from actors.outbox.publisher import connect, report_health, run_publisher
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.retention import RETENTION_BATCHES, apply_retention
 from actors.outbox.settings import OutboxRelayConfig
+from actors.outbox.slot_io import slot_idle
 from actors.outbox.state import RelayCounts, RelayState
 from actors.outbox.window import InHand, Window
 from supervision.db.database import Database, pipelined
@@ -80,6 +82,7 @@ log = structlog.get_logger("outbox_relay")
 
 ANSWERS_QUEUE = 16  # waves answered and not marked yet, before the publisher waits
 DEAD_LETTERS_QUEUE = 64  # rows handed to the dead letters, before the publisher waits
+IDLE_WAL_BYTES = 16 * 1024 * 1024  # logical source: WAL the slot may hold back while idle
 
 
 @attrs.frozen
@@ -105,7 +108,10 @@ async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
         try:
             deadline = trio.current_time() + job.max_run_duration
             if await connect(job.producer, job.state):
-                await _run_pipeline(job, counts, deadline)
+                if job.cfg.source == "logical":
+                    await run_logical_pipeline(job, counts, deadline)
+                else:
+                    await _run_pipeline(job, counts, deadline)
         finally:
             report_health(job.state)
     if trio.current_time() >= job.state.retention_due_at:
@@ -176,7 +182,15 @@ def has_publishable(conn: psycopg.Connection) -> bool:
 async def relay_idle(job: RelayJob) -> bool:
     """The relay's idle probe (:attr:`LockedJob.idle`): True when a cycle would have
     nothing to do — the producer is started, retention is not due, and no row waits to
-    be published (one unlocked read on the pool, no lease)."""
+    be published (one unlocked read on the pool, no lease). In the logical source: no
+    event read and unsettled, no outbox id above the highest one read, and the slot
+    holds back less than :data:`IDLE_WAL_BYTES` of WAL (past that a cycle moves it)."""
     if not job.producer.started or trio.current_time() >= job.state.retention_due_at:
         return False
+    if job.cfg.source == "logical":
+        progress = job.state.slot
+        if progress.settled or progress.open_events:
+            return False
+        return bool(await job.db.run(slot_idle, source_of(job.cfg), progress.max_id,
+                                     IDLE_WAL_BYTES))
     return not await job.db.run(has_publishable)

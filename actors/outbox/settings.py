@@ -11,6 +11,8 @@ configuration never imports the relay (nor aiokafka).
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from supervision.config.fields import (
@@ -23,6 +25,20 @@ from supervision.config.fields import (
     setting,
 )
 from supervision.config.leased import Leased
+from supervision.config.values import bounded_repr
+
+_NAME_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz_")
+_NAME_CHARS = _NAME_FIRST | frozenset("0123456789")
+
+
+def sql_name(value: Any) -> str | None:
+    """A slot or publication name: PostgreSQL takes a slot's name as it is and folds an
+    unquoted publication name to lower case, so both are kept to what needs no quoting."""
+    if (isinstance(value, str) and 0 < len(value) <= 63 and value[0] in _NAME_FIRST
+            and set(value) <= _NAME_CHARS):
+        return None
+    return ("must be 1-63 lower-case letters, digits and _ (not starting with a digit); "
+            f"got {bounded_repr(value)}")
 
 
 @attrs.frozen
@@ -63,6 +79,18 @@ class OutboxRelayConfig(Leased):
         "row, unless one still blocks later rows of its key (`safetynet replay` puts one "
         "back instead).", duration=True, checks=[positive], maximum=365 * DAY,
     )
+    source: str = setting(
+        "table", "Where the relay reads the outbox: `table` (claims rows and marks them "
+        "published: three writes of the messenger's table per event) or `logical` (reads "
+        "the inserts from a logical replication slot through pgoutput and writes nothing "
+        "to the outbox per event; needs wal_level = logical, the publication and the slot: "
+        "docs/operations.md).", checks=[one_of("table", "logical")])
+    slot: str = setting(
+        "safetynet_outbox", "The logical replication slot the logical source reads (one "
+        "per database; lower-case letters, digits and _).", checks=[sql_name])
+    publication: str = setting(
+        "safetynet_outbox", "The publication of messenger.integration_outbox's inserts "
+        "the logical source reads (lower-case letters, digits and _).", checks=[sql_name])
     notify_min_interval: float = setting(
         0.05, "Shortest time between two relay wake-ups from NOTIFY safetynet_outbox; "
         "notifications in between are coalesced into one wake-up at its end (any login may "

@@ -23,6 +23,7 @@ from collections.abc import Collection
 
 import attrs
 
+from actors.outbox.slot import SlotProgress
 from supervision.tree.backoff import Backoff
 
 RELAY_BACKOFF = Backoff(base=0.25, cap=30.0)
@@ -94,7 +95,8 @@ class TopicFault:
 @attrs.define
 class RelayState:
     """The relay's memory: Kafka-wide back-off (an outage or a refused connection),
-    per-row back-off, faulted topics."""
+    per-row back-off, faulted topics, and (logical source) what was read and settled
+    above the slot's position."""
 
     kafka_failures: int = 0
     kafka_retry_at: float = 0.0
@@ -103,6 +105,7 @@ class RelayState:
     connection_fault: str | None = None  # the broker refuses the connection (TLS, SASL)
     retention_due_at: float = 0.0
     policy: Backoff = RELAY_BACKOFF
+    slot: SlotProgress = attrs.field(factory=SlotProgress)  # the logical source's reading
 
     def kafka_failed(self, now: float) -> float:
         """One more consecutive failure to reach Kafka: the next try waits; how long."""

@@ -11,12 +11,13 @@ transaction: the change and its trace commit together. The snapshot variants are
 console's bulk actions: they act on the exact ids the operator saw, re-checked under
 ``FOR UPDATE`` to be in the state the page showed; an id that moved on since is skipped
 and named in the result, never acted on — and nothing "matching" that arrived after the
-page was rendered is touched.
+page was rendered is touched. The ids given are parsed as the kind they name (a uuid, an
+outbox id): what is not one is counted (``Done.rejected``, ``rejected`` in the trail's
+result), never acted on nor stored.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
@@ -30,7 +31,7 @@ from actors.outbox.queries import OUTBOX_QUERIES
 from actors.reaper.queries import REAPER_QUERIES
 from supervision.app import acceptances, runbook
 from supervision.app.pauses import Paused, pause_job, resume_job
-from supervision.app.trail import Actor, Verb, record_action
+from supervision.app.trail import Actor, IdKind, Verb, parse_ids, record_action
 
 Row = TypeVar("Row", runbook.Requeued | runbook.Released, runbook.Replayed)
 
@@ -41,6 +42,7 @@ class Done(Generic[Row]):
     changed: list[Row]
     skipped: list[str]  # snapshot ids no longer in the state the operator saw
     trail_id: int
+    rejected: int = 0  # inputs that were not ids of the kind acted on (counted only)
 
 
 def _describe(changed: Sequence[runbook.Requeued | runbook.Released | runbook.Replayed]
@@ -63,8 +65,8 @@ def requeue(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: st
                 "all_quarantined": all_quarantined, "all_poisoned": all_poisoned})
     except runbook.UnknownIds as exc:
         with conn.transaction():
-            record_action(conn, who, verb, list(ids), reason,
-                          {"refused": "unknown ids", "unknown": exc.ids})
+            record_action(conn, who, verb, list(ids), reason, {
+                "refused": "unknown ids", "unknown": parse_ids(IdKind.UUID, exc.ids).valid})
         raise
     return Done(verb, changed, [], trail_id)
 
@@ -74,32 +76,35 @@ def requeue_snapshot(conn: psycopg.Connection, who: Actor, attempt_ids: Sequence
                      ) -> Done[runbook.Requeued | runbook.Released]:
     """Requeue the finalize rows *attempt_ids* that are still in *status* (the state the
     operator saw); the others are skipped."""
-    ids = _uuids(attempt_ids)
+    given = parse_ids(IdKind.UUID, attempt_ids)
+    ids = given.valid
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(FINALIZE_QUERIES["finalize_attempts_lookup"], {"ids": ids}).fetchall()
         still = sorted(str(r["id"]) for r in rows
                        if str(r["id"]) in ids and r["status"] == status)
-        skipped = [i for i in attempt_ids if _norm(i) not in still]
+        skipped = [i for i in ids if i not in still]
         changed = runbook.requeue(conn, still, False) if still else []
         trail_id = record_action(conn, who, Verb.REQUEUE, still, reason, {
             "changed": len(changed), "rows": _describe(changed), "seen_as": status,
-            "skipped": skipped})
-    return Done(Verb.REQUEUE, changed, skipped, trail_id)
+            "skipped": skipped, **given.counts()})
+    return Done(Verb.REQUEUE, changed, skipped, trail_id, given.rejected)
 
 
 def release_snapshot(conn: psycopg.Connection, who: Actor, conference_ids: Sequence[str],
                      reason: str) -> Done[runbook.Requeued | runbook.Released]:
     """Release the poison conferences *conference_ids* still remembered as poison."""
-    ids = _uuids(conference_ids)
+    given = parse_ids(IdKind.UUID, conference_ids)
+    ids = given.valid
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(REAPER_QUERIES["conference_poison_lookup"],
                            {"ids": ids, "all": False}).fetchall()
         still = sorted(str(r["conference_id"]) for r in rows)
-        skipped = [i for i in conference_ids if _norm(i) not in still]
+        skipped = [i for i in ids if i not in still]
         changed = runbook.requeue(conn, still, False) if still else []
         trail_id = record_action(conn, who, Verb.RELEASE, still, reason, {
-            "changed": len(changed), "rows": _describe(changed), "skipped": skipped})
-    return Done(Verb.RELEASE, changed, skipped, trail_id)
+            "changed": len(changed), "rows": _describe(changed), "skipped": skipped,
+            **given.counts()})
+    return Done(Verb.RELEASE, changed, skipped, trail_id, given.rejected)
 
 
 def replay(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: str | None
@@ -114,8 +119,9 @@ def replay(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: str
                 "changed": len(changed), "rows": _describe(changed)})
     except runbook.UnknownIds as exc:
         with conn.transaction():
-            record_action(conn, who, Verb.REPLAY, list(ids), reason,
-                          {"refused": "not dead letters", "unknown": exc.ids})
+            record_action(conn, who, Verb.REPLAY, list(ids), reason, {
+                "refused": "not dead letters",
+                "unknown": parse_ids(IdKind.BIGINT, exc.ids).valid})
         raise
     return Done(Verb.REPLAY, changed, [], trail_id)
 
@@ -125,16 +131,18 @@ def replay_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[s
     """Replay the dead letters *outbox_ids* the page showed that are still dead letters
     (locked ``FOR UPDATE``); the others (replayed or purged meanwhile) are skipped. A
     replayed dead letter no longer blocks its key: the later rows of the key follow it."""
-    numbers = sorted({n for n in map(_outbox_id, outbox_ids) if n is not None})
+    given = parse_ids(IdKind.BIGINT, outbox_ids)
+    numbers = sorted(int(i) for i in given.valid)
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(OUTBOX_QUERIES["outbox_dead_letters_lookup"],
                            {"ids": numbers}).fetchall()
         still = [str(r["outbox_id"]) for r in rows]
-        skipped = [i for i in outbox_ids if str(_outbox_id(i)) not in still]
+        skipped = [i for i in given.valid if i not in still]
         changed = runbook.replay(conn, still) if still else []
         trail_id = record_action(conn, who, Verb.REPLAY, still, reason, {
-            "changed": len(changed), "rows": _describe(changed), "skipped": skipped})
-    return Done(Verb.REPLAY, changed, skipped, trail_id)
+            "changed": len(changed), "rows": _describe(changed), "skipped": skipped,
+            **given.counts()})
+    return Done(Verb.REPLAY, changed, skipped, trail_id, given.rejected)
 
 
 @attrs.frozen
@@ -213,24 +221,37 @@ def revoke_acceptance(conn: psycopg.Connection, who: Actor, bucket: str, key_pre
     return ended, trail_id
 
 
+@attrs.frozen
+class SetAside:
+    verb: Verb
+    changed: list[int]  # the outbox ids set aside
+    skipped: list[str]  # snapshot ids no longer in retry (published, dead-lettered, gone)
+    trail_id: int
+    rejected: int = 0  # inputs that were not outbox ids (counted only)
+
+
+def set_aside_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[str],
+                       reason: str) -> SetAside:
+    """Release the keys held back by the rows in retry *outbox_ids* (the frozen-keys page's
+    blockers): each still unpublished and failing is dead-lettered without blocking its
+    key (:func:`supervision.app.frozen_keys.set_aside`, locked); the others are skipped.
+    Trailed as ``release-key``."""
+    from supervision.app.frozen_keys import set_aside
+
+    given = parse_ids(IdKind.BIGINT, outbox_ids)
+    numbers = sorted(int(i) for i in given.valid)
+    with conn.transaction():
+        done = set_aside(conn, numbers)
+        skipped = [i for i in given.valid if int(i) not in done]
+        trail_id = record_action(conn, who, Verb.RELEASE_KEY, [str(n) for n in done],
+                                 reason, {"changed": len(done), "set_aside": done,
+                                          "skipped": skipped, **given.counts()})
+    return SetAside(Verb.RELEASE_KEY, done, skipped, trail_id, given.rejected)
+
+
 def _by(who: Actor) -> str:
     return f"{who.name}@{who.client}" if who.client else who.name
 
 
 def _id(row: runbook.Requeued | runbook.Released) -> str:
     return row.attempt_id if isinstance(row, runbook.Requeued) else row.conference_id
-
-
-def _outbox_id(text: str) -> int | None:
-    return int(text) if text.isdigit() and len(text) < 19 else None
-
-
-def _norm(text: str) -> str | None:
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        return None
-
-
-def _uuids(ids: Sequence[str]) -> list[str]:
-    return [n for n in map(_norm, ids) if n is not None]

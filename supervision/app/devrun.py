@@ -151,7 +151,7 @@ def write_layer(stack: DevStack, base_dir: Path, s3_url: str, console_password: 
                 ) -> Path:
     """The stack's addresses as a config layer over the demo settings (and, with
     *console_password*, the console's login: user ``dev``, actions allowed)."""
-    from supervision.passwords import hash_password
+    from supervision.passwords import MIN_N, hash_password
 
     endpoints = stack.endpoints()
     assert stack.postgres is not None
@@ -167,7 +167,9 @@ def write_layer(stack: DevStack, base_dir: Path, s3_url: str, console_password: 
     if console_password:
         layer["console"] = {"listen": f"127.0.0.1:{console_port}", "allow_actions": True,
                             "user": CONSOLE_USER, "refresh": 2,
-                            "password_hash": hash_password(console_password)}
+                            # the cheapest cost accepted: a random password on loopback,
+                            # gone with the demo
+                            "password_hash": hash_password(console_password, n=MIN_N)}
     path = base_dir / "safetynet-dev.toml"
     path.write_text(tomli_w.dumps(layer), encoding="utf-8")
     path.chmod(0o600)  # it holds the demo's credentials

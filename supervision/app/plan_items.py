@@ -21,15 +21,13 @@ from actors.finalize.evidence import (
     CONTENT_TYPE_FAULT_MIN,
     NO_EVIDENCE,
     Evidence,
-    outcome_unreadable,
-    unusable_type,
-    usable_type,
 )
-from actors.finalize.messages import ClaimPhase
+from actors.finalize.messages import BadRow, ClaimPhase, NotAttempted, Terminal, Withheld
+from actors.finalize.messages import Decision as RowDecision
 from actors.finalize.settings import RecordingFinalizeConfig
 from actors.reaper.messages import PhaseName
 from actors.reaper.settings import ConferenceReaperConfig
-from actors.s3.objectstore import Fault, Found, HeadOutcome, Missing, Poison, Transient
+from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.durations import format_duration
 
 
@@ -58,6 +56,8 @@ class Decision(enum.StrEnum):
     DEFERRED = "deferred (given back untouched)"
     CONFIG_FAULT = "nothing (configuration fault)"
     STORAGE_DOWN = "nothing (object storage down)"
+    SKIPPED_LOCKED = "skipped (held by another transaction)"
+    PAUSED = "nothing (job paused)"
     # conference-reaper
     EMPTY_ROOM = "Ended/EmptyTimeout + conference-ended event"
     EMPTY_ROOM_STOP = "Ended/EmptyTimeout + conference-ended event + recorder stop signal"
@@ -149,46 +149,44 @@ def reconcile_item(row: dict[str, Any], head: Any, cfg: RecordingFinalizeConfig)
     return PlanItem(rid, RECONCILE, Decision.RETRY, f"s3:{head.error}; {attempt}")
 
 
-@attrs.frozen
-class GateView:
-    """What the cycle's verdict gate would conclude from the plan's HEADs."""
-
-    evidence: Evidence | None
-    usable_types: bool
-    unusable: int  # objects whose Content-Type names no format
-
-    @classmethod
-    def of(cls, start: Evidence | None, heads: list[HeadOutcome]) -> GateView:
-        found = any(isinstance(h, Found | Poison) and not outcome_unreadable(h) for h in heads)
-        return cls(start or (Evidence.OBJECT_FOUND if found else None),
-                   any(usable_type(h) for h in heads), sum(unusable_type(h) for h in heads))
-
-
-def judged_item(row: dict[str, Any], head: HeadOutcome, gate: GateView,
-                cfg: RecordingFinalizeConfig, key_prefix: str) -> PlanItem:
-    """A reconcile row's decision once the evidence rule and the content-type rule have
-    been applied to the HEADs of the rows planned (the cycle sees its whole claim)."""
+def decided_item(row: dict[str, Any], decision: RowDecision, evidence: Evidence | None,
+                 cfg: RecordingFinalizeConfig, key_prefix: str, hold_s: float) -> PlanItem:
+    """A reconcile row's decision as the cycle's own verdict gate gave it (replayed over
+    the rows in claim order, :mod:`supervision.app.plan_finalize`): *evidence* is what
+    its batch was judged with, *hold_s* how long a row given back would be held off."""
     rid, sla = str(row["recording_id"]), _sla(row, cfg)
-    if isinstance(head, Missing):
-        if gate.evidence is None:
-            return PlanItem(rid, RECONCILE, Decision.WITHHELD,
-                            f"{sla}; no binary, but {NO_EVIDENCE}: no known recording found,"
-                            f" none listed under {key_prefix!r}, no object found")
+    held_off = f"next HEAD in {format_duration(hold_s)} (not an attempt)"
+    if isinstance(decision, Withheld):
+        return PlanItem(rid, RECONCILE, Decision.WITHHELD,
+                        f"{sla}; no binary, but {NO_EVIDENCE}: no known recording found,"
+                        f" none listed under {key_prefix!r}, no object found; {held_off}")
+    if isinstance(decision, Missing):
         return PlanItem(rid, RECONCILE, Decision.FAILED,
-                        f"{sla}; no binary (evidence: {gate.evidence})")
-    if unusable_type(head) and not gate.usable_types and gate.unusable >= CONTENT_TYPE_FAULT_MIN:
-        assert isinstance(head, Poison)
-        kind = head.error.removeprefix("content_type_").removeprefix("unknown:")
+                        f"{sla}; no binary (evidence: {evidence})")
+    if isinstance(decision, NotAttempted):
+        return PlanItem(rid, RECONCILE, Decision.DEFERRED,
+                        f"breaker open ({decision.reason}) in this claim batch or before it")
+    if isinstance(decision, Fault) and decision.error.startswith(CONTENT_TYPE_FAULT):
         return PlanItem(rid, RECONCILE, Decision.CONFIG_FAULT,
-                        f"{CONTENT_TYPE_FAULT}:{kind}: {gate.unusable} objects, none with a"
-                        " usable Content-Type")
-    return reconcile_item(row, head, cfg)
+                        f"{decision.error}: at least {CONTENT_TYPE_FAULT_MIN} objects, none"
+                        f" with a usable Content-Type; {held_off}")
+    assert not isinstance(decision, Terminal | BadRow)
+    return reconcile_item(row, decision, cfg)
 
 
-def deferred_item(row: dict[str, Any], threshold: int) -> PlanItem:
-    """A row whose HEAD the breaker would not send (it opened before)."""
-    return PlanItem(str(row["recording_id"]), RECONCILE, Decision.DEFERRED,
-                    f"breaker open: {threshold} consecutive transient HEADs before it")
+def skipped_item(row: dict[str, Any]) -> PlanItem:
+    """A row the run would skip: it, or its recording, is held by another transaction."""
+    what = "finalize row" if row["held"] else "recording"
+    return PlanItem(str(row["recording_id"]), ClaimPhase(row["phase"]),
+                    Decision.SKIPPED_LOCKED, f"{what} held by another transaction right now")
+
+
+def paused_item(row: dict[str, Any], pause: dict[str, Any]) -> PlanItem:
+    """A due row while the job is paused (``safetynet pause``): no cycle runs."""
+    why = f"job paused by {pause['paused_by']} since {pause['paused_at']}"
+    if pause["reason"]:
+        why += f": {pause['reason']}"
+    return PlanItem(str(row["recording_id"]), ClaimPhase(row["phase"]), Decision.PAUSED, why)
 
 
 def storage_down_item(row: dict[str, Any], probe: Fault | Transient) -> PlanItem:

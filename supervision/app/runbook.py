@@ -25,6 +25,7 @@ from actors.reaper.queries import REAPER_QUERIES
 from supervision.app.pauses import paused_jobs
 from supervision.app.queries import ALL_QUERIES
 from supervision.app.settings import Config
+from supervision.app.trail import IdKind, canonical_id, parse_ids
 from supervision.errors import SafetynetError
 
 
@@ -205,12 +206,12 @@ def replay(conn: psycopg.Connection, ids: list[str]) -> list[Replayed]:
     """Put the dead-lettered outbox rows *ids* back on the relay's path (their dead
     letters deleted, the row's 'dead-letter:' mark cleared) and wake the relays;
     all-or-nothing: an id that is not a dead letter raises UnknownIds."""
-    numbers = sorted({int(i) for i in ids if i.isdigit() and len(i) < 19})
+    numbers = sorted(int(i) for i in parse_ids(IdKind.BIGINT, ids).valid)
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(OUTBOX_QUERIES["outbox_dead_letters_lookup"],
                            {"ids": numbers}).fetchall()
         known = {str(r["outbox_id"]) for r in rows}
-        unknown = [i for i in ids if not (i.isdigit() and str(int(i)) in known)]
+        unknown = [i for i in ids if canonical_id(IdKind.BIGINT, i) not in known]
         if unknown:
             raise UnknownIds(unknown)
         cur.execute(OUTBOX_QUERIES["outbox_dead_letters_replay"], {"ids": numbers})

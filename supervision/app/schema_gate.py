@@ -13,15 +13,24 @@
   job exits 78 naming the column, before it touches a row;
 * a recommended index missing: a warning and ``safetynet_schema_missing_indexes``.
 
-A database that does not answer is not a verdict: the tree starts with every job and the
-lock keepers back off as they do for any outage.
+A database that does not answer is not a verdict, and the gate is never skipped: the
+tree starts (the exporter answers, ``/readyz`` 503 naming the wait: fault
+``schema-gate``) but every job waits (:func:`after_gate`) while the ``schema-gate`` actor
+(:func:`serve_schema_gate`) tries the check again, backing off up to
+:data:`RETRY_CAP` seconds, until PostgreSQL answers; then the jobs the verdict allows start
+and a broken one stays idle with its fault. Pending migrations found then keep the jobs
+waiting with the fault naming them (run ``safetynet migrate``; the next try passes). A
+SIGHUP builds the next tree after a check of its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import attrs
 import psycopg
 import structlog
+import trio
 
 from supervision.db import schema_contract as contract
 from supervision.db.database import Database
@@ -29,9 +38,12 @@ from supervision.db.migrate import SchemaReport, check_schema, versions
 from supervision.db.queries import QUERIES
 from supervision.errors import ConfigError, ConfigurationFault, InfrastructureError
 from supervision.metrics import SCHEMA_AHEAD, SCHEMA_BROKEN, SCHEMA_MISSING_INDEXES
+from supervision.tree.backoff import Backoff
 from supervision.tree.health import HEALTH
 
 log = structlog.get_logger("schema")
+GATE_FAULT = "schema-gate"  # the readiness fault while the check has not passed
+RETRY_CAP = 5.0  # seconds: the longest wait between two tries of a deferred check
 
 
 @attrs.frozen
@@ -68,17 +80,20 @@ def dropped_settings(settings: dict[str, str]) -> list[str]:
     return [name for name, value in sorted(settings.items()) if value in ("0", "0ms")]
 
 
-async def schema_gate(db: Database) -> Verdict:
+async def schema_gate(db: Database) -> Verdict | None:
     """Check the session and the schema; raise ``ConfigError`` on a transaction-mode
-    pooler or pending migrations; record the rest."""
+    pooler or pending migrations; record the rest. None when PostgreSQL did not answer
+    (the fault ``schema-gate`` says so until a check passes)."""
     try:
         report, settings = await db.run(_report)
     except (psycopg.Error, InfrastructureError) as exc:
         pooled = pooler_problem(exc)
         if pooled:
             raise ConfigError([pooled]) from exc
-        log.warning("schema_check_skipped", reason=f"{type(exc).__name__}: {exc}")
-        return Verdict({})
+        log.warning("schema_check_deferred", reason=f"{type(exc).__name__}: {exc}")
+        HEALTH.set_fault(GATE_FAULT, "schema not checked yet, jobs wait: PostgreSQL did "
+                         f"not answer ({type(exc).__name__})")
+        return None
     dropped = dropped_settings(settings)
     if dropped:
         raise ConfigError([f"postgres.dsn: {', '.join(dropped)} is 0 on the server, not "
@@ -108,12 +123,61 @@ async def schema_gate(db: Database) -> Verdict:
         else:
             HEALTH.clear_fault(f"schema:{job}")
             SCHEMA_BROKEN.labels(job=job).set(0)
+    HEALTH.clear_fault(GATE_FAULT)
     return Verdict(broken)
+
+
+@attrs.define
+class PendingGate:
+    """A schema check PostgreSQL did not answer when the tree was built: the tree's jobs
+    wait on it (:func:`after_gate`) while :func:`serve_schema_gate` tries again."""
+
+    decided: trio.Event = attrs.field(factory=trio.Event)
+    verdict: Verdict | None = None
+
+
+async def serve_schema_gate(db: Database, gate: PendingGate, *,
+                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                            ) -> None:
+    """The ``schema-gate`` actor: the check again, backing off, until it gives a verdict
+    (then the waiting jobs go on, and the actor ends)."""
+    task_status.started()
+    retry, failures = Backoff(base=0.5, cap=RETRY_CAP), 0
+    while True:
+        try:
+            verdict = await schema_gate(db)
+        except ConfigError as exc:  # pending migrations, a pooler: wait for the fix
+            reason = "; ".join(exc.problems)
+            HEALTH.set_fault(GATE_FAULT, f"jobs wait: {reason}")
+            log.error("schema_gate_refused", reason=reason)
+            verdict = None
+        if verdict is not None:
+            gate.verdict = verdict
+            gate.decided.set()
+            log.info("schema_gate_passed", tries=failures + 1,
+                     excluded=sorted(verdict.broken))
+            return
+        await trio.sleep(retry.delay(failures))
+        failures += 1
+
+
+async def after_gate(gate: PendingGate, job: str, serve: Callable[[], Awaitable[None]], *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run *serve* (a job's actor) once *gate* has passed, unless the verdict excludes
+    *job* (then idle: its fault is on ``/readyz``; a SIGHUP checks again)."""
+    task_status.started()
+    await gate.decided.wait()
+    assert gate.verdict is not None
+    if job in gate.verdict.broken:
+        await trio.sleep_forever()
+    await serve()
 
 
 async def check_job(db: Database, job: str) -> None:
     """``run-once --job J``: exit 78 (a ``ConfigError``) when J's contract is broken."""
     verdict = await schema_gate(db)
+    if verdict is None:
+        raise InfrastructureError("schema check: PostgreSQL did not answer; no row touched")
     if job in verdict.broken:
         raise ConfigError([f"{job}: messenger schema breaks the contract at "
                            + ", ".join(f"{contract.SCHEMA}.{s}" for s in verdict.broken[job])

@@ -2,6 +2,9 @@
 
     safetynet                               one_for_one
     ├── metrics-exporter                    permanent   /metrics /healthz /readyz
+    ├── (schema-gate)                       transient   only when PostgreSQL did not answer
+    │                                                   the check at start: tries again; the
+    │                                                   jobs below wait for its verdict
     ├── scan-leader:database-scans          permanent   sticky lease; while held, runs:
     │   └── scans                           one_for_one (one replica at a time)
     │       ├── gauge-refresher             permanent   backlog gauges from cheap queries
@@ -42,12 +45,13 @@ from actors.reaper.cycle import ReaperJob, run_reaper_cycle
 from actors.reaper.gauges import refresh_reaper_backlog
 from actors.s3.objectstore import ObjectStore
 from supervision.app.audit import audit_thresholds
+from supervision.app.schema_gate import PendingGate, after_gate, serve_schema_gate
 from supervision.app.settings import Config
 from supervision.db.database import Database
 from supervision.db.pgconn import client_deadline, conninfo
 from supervision.db.queries import QUERIES
 from supervision.jobs import Job
-from supervision.tree.spec import ChildSpec, Intensity, Restart, Strategy, SupervisorSpec
+from supervision.tree.spec import ChildSpec, Intensity, Restart, Starter, Strategy, SupervisorSpec
 from supervision.tree.supervisor import serve_supervisor
 from supervision.tree.wakeup import Wakeup
 
@@ -120,7 +124,15 @@ def ping(conn: psycopg.Connection) -> None:
     conn.execute(QUERIES["db_ping"])
 
 
-def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> SupervisorSpec:
+def _gated(gate: PendingGate | None, job: str, serve: Starter) -> Starter:
+    """*serve*, or with a pending schema check *serve* once it has passed."""
+    return serve if gate is None else partial(after_gate, gate, job, serve)
+
+
+def build_tree(res: Resources, excluded: frozenset[str] = frozenset(),
+               gate: PendingGate | None = None) -> SupervisorSpec:
+    """The tree without the *excluded* jobs; with *gate* (the check at start found no
+    database) a ``schema-gate`` child checks again and every job waits for it."""
     sup = res.cfg.supervision
     intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
                           backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
@@ -146,6 +158,9 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
         ChildSpec("metrics-exporter",
                   partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
                   Restart.PERMANENT, shutdown=1.0),
+        *([] if gate is None else [ChildSpec(
+            "schema-gate", partial(serve_schema_gate, res.db, gate), Restart.TRANSIENT,
+            shutdown=1.0)]),
         # database-wide reads on one replica at a time (actors/leases/scan_leader.py)
         ChildSpec(f"scan-leader:{lease.name}",
                   partial(serve_scan_leader, lease, lock_dsn,
@@ -166,12 +181,13 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset()) -> Superv
                               deadline=deadline),
                       Restart.PERMANENT, shutdown=grace),
         ], Strategy.REST_FOR_ONE, intensity)
-        children.append(ChildSpec("outbox", partial(serve_supervisor, outbox),
-                                  Restart.PERMANENT, shutdown=grace))
+        children.append(ChildSpec("outbox", _gated(gate, Job.OUTBOX_RELAY, partial(
+            serve_supervisor, outbox)), Restart.PERMANENT, shutdown=grace))
     jobs = SupervisorSpec(
         "jobs",
         [ChildSpec(f"lock-keeper:{job.name}",
-                   partial(serve_lock_keeper, job, lock_dsn, deadline=deadline),
+                   _gated(gate, job.name, partial(serve_lock_keeper, job, lock_dsn,
+                                                  deadline=deadline)),
                    Restart.PERMANENT, shutdown=grace)
          for job in locked_jobs(res, excluded=excluded)],
         Strategy.ONE_FOR_ONE, intensity,

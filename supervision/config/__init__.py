@@ -23,7 +23,7 @@ jobs' sections.
 """
 
 from supervision.config.certificates import ssl_reason
-from supervision.config.console import ConsoleConfig, console_problems
+from supervision.config.console import ConsoleConfig, console_problems, console_warnings
 from supervision.config.fields import DAY, HOUR, MAX_BATCH, MINUTE
 from supervision.config.leased import (
     Leased,
@@ -66,7 +66,7 @@ __all__ = [
     "ConfigError", "ConsoleConfig", "HttpConfig", "KafkaConfig", "Leased", "LeasedJob",
     "LoggingConfig", "MediaConfig", "PostgresConfig", "S3Config", "SaslMechanism",
     "SecurityProtocol", "SettingDoc", "SupervisionConfig", "TracingConfig",
-    "config_from_dict", "config_paths", "console_problems", "load_config",
+    "config_from_dict", "config_paths", "console_problems", "console_warnings", "load_config",
     "lock_ttl_setting", "max_run_duration_setting", "polling_interval_setting", "redacted",
     "reference_markdown", "settings_reference", "ssl_reason", "walk",
 ]

@@ -42,6 +42,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from supervision.config.checks import cross_checks
 from supervision.config.fields import is_duration
 from supervision.config.files import UnreadableFile, deep_nesting_key, read_config_text
+from supervision.config.secret_files import read_secret_files
 from supervision.config.values import bounded_repr, guarded_problem
 from supervision.durations import parse_duration
 from supervision.errors import ConfigError
@@ -102,8 +103,13 @@ def load_config(root: type[Root], paths: Sequence[Path],
 
 def config_from_dict(root: type[Root], raw: Mapping[str, Any]) -> Root:
     """Validate already-merged settings (a TOML-shaped mapping) as a *root*; raise
-    :class:`ConfigError`."""
+    :class:`ConfigError`. A secret setting may be given as a file (``<key>_file``,
+    :mod:`supervision.config.secret_files`)."""
     try:
+        if isinstance(raw, Mapping):
+            raw, problems = read_secret_files(root, raw)
+            if problems:
+                raise ConfigError(problems)
         cfg = _CONVERTER.structure(raw, root)
     except ClassValidationError as exc:
         raise ConfigError(list(_problems(exc, "", raw))) from None

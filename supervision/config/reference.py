@@ -97,4 +97,10 @@ def reference_markdown(root: type[Any]) -> str:
     for row in settings_reference(root):
         limit = f"`{row.maximum}`" if row.maximum else ""
         lines.append(f"| `{row.key}` | {row.type} | `{row.default}` | {limit} | {row.doc} |")
+        if row.type == "secret string":  # supervision.config.secret_files
+            lines.append(
+                f"| `{row.key}_file` | path | `\"\"` | | A file holding `{row.key}` instead "
+                "(a Kubernetes Secret volume, systemd `LoadCredential=`, a Docker secret): "
+                "read at start and at every SIGHUP, one trailing newline dropped; not "
+                f"together with `{row.key}`. |")
     return "\n".join(lines)

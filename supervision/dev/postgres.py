@@ -145,7 +145,9 @@ class PostgresServer:
                     "max_wal_size": "256MB",
                     # shared memory segments as files of the data directory (removed with
                     # it), not in /dev/shm, where a SIGKILLed server left its for good
-                    "dynamic_shared_memory_type": "mmap"}
+                    "dynamic_shared_memory_type": "mmap",
+                    # the outbox relay's logical source reads a replication slot (issue 37)
+                    "wal_level": "logical", "max_replication_slots": "20"}
         if self.tls is not None:
             settings.update(self._tls_settings(user))
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]

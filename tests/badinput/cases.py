@@ -29,6 +29,7 @@ import psycopg
 
 from actors.s3.objectstore import CANARY
 from supervision.dev.processes import DevStackError
+from tests.badinput import console_plants as cp
 from tests.badinput.report import ROOT
 from tests.badinput.world import PREFIX, Planted, World
 from tests.cli import postgres_only_config
@@ -571,7 +572,7 @@ def _c(id: str, area: str, bad: str, did: str, job: Job, plant: Callable[[World]
                 completes)
 
 
-FIN, REAP, RELAY, CONF = Job.FINALIZE, Job.REAPER, Job.RELAY, Job.CONFIG
+FIN, REAP, RELAY, CONF, TOOL = Job.FINALIZE, Job.REAPER, Job.RELAY, Job.CONFIG, Job.TOOL
 QUARANTINED = "recording quarantined at once (no verdict, no retry), the rest finalised"
 CONFIG_FAULT = ("configuration fault: nothing claimed, no attempt spent, readiness 503;"
                 " healed by the next cycle once fixed")
@@ -769,7 +770,8 @@ CASES: list[Case] = [
     _c("s3-fresh-install-wrong-prefix", "s3", "s3.key_prefix wrong on a fresh install (no"
        " recording finalised yet: no positive canary)", "Missing verdicts withheld for want"
        " of evidence (nothing listed or found under the prefix): 0 Failed, rows given back"
-       " untouched, readiness 503, alert; healed by the next cycle once fixed", FIN,
+       " untouched and held off (no attempt), readiness 503, alert; healed once fixed and"
+       " the hold-off is over", FIN,
        fresh_install_wrong_prefix, Read.HEALTH,
        "configuration fault in s3_evidence: no_evidence_for_key_prefix",
        "missing_verdicts_withheld"),
@@ -823,8 +825,8 @@ CASES: list[Case] = [
        "object:content_type_unknown:video/x-matroska", "recording_quarantined"),
     _c("s3-content-type-octet-stream-everywhere", "s3", "every object stored as"
        " application/octet-stream (a recorder or bucket policy)", "configuration fault:"
-       " nothing quarantined, those rows given back untouched, readiness 503; reconciled"
-       " once the objects' Content-Type is fixed", FIN, octet_stream_everywhere,
+       " nothing quarantined, those rows given back untouched and held off, readiness 503;"
+       " reconciled once the objects' Content-Type is fixed", FIN, octet_stream_everywhere,
        Read.HEALTH, "configuration fault in s3_content_type: content_type_unusable:"
        "application/octet-stream", "config_fault"),
     _c("s3-content-type-control-chars", "s3", "Content-Type with control characters",
@@ -942,4 +944,71 @@ CASES: list[Case] = [
     _c("media-unreachable", "media", "media.base_url points at a closed port",
        "every stop logged as a connection error; the batch stays committed", REAP,
        media("unreachable"), Read.LOG, "connection:", "recorder_stop_failed"),
+    # ------------------------------------------------- the operator console (issue #38)
+    _c("console-proxy-no-secret", "console", "a local process sends X-Forwarded-User: root"
+       " to a proxy_header console from a trusted address, without the proxy's secret",
+       "refused (403): only a request carrying console.proxy_secret came through the"
+       " proxy", TOOL, cp.proxy_without_secret, Read.OUTPUT,
+       "403 requests are accepted only through the authenticating proxy"),
+    _c("console-proxy-user-repeated", "console", "X-Forwarded-User twice (ana, then root)"
+       " through the proxy", "refused (400), never the last copy", TOOL,
+       cp.proxy_user_repeated, Read.OUTPUT, "400 more than one X-Forwarded-User header"),
+    _c("console-host-rebinding", "console", "a DNS-rebinding page: Host rebind.evil.test",
+       "refused (400) before the login is checked: Host must be the listen address or"
+       " console.public_origin's", TOOL, cp.host_rebinding, Read.OUTPUT, "400 unknown Host"),
+    _c("console-pause-for-prose", "console", 'a pause "for" of "2 hours"', "the"
+       " confirmation shown again with the error (400); nothing paused, nothing recorded",
+       TOOL, cp.pause_for_prose, Read.OUTPUT, "400 for: malformed duration '2 hours'"),
+    _c("console-replay-id-superscript", "console", "replay of the outbox id '²' (isdigit()"
+       " is true)", "the confirmation shown again with the error (400); nothing replayed",
+       TOOL, cp.replay_superscript_id, Read.OUTPUT,
+       "400 ids: must be a whole number from 1 to 9223372036854775807, got '²'"),
+    _c("console-history-since-huge", "console", "the history page with since=1000000d",
+       "the filter form shown again with the error (400), never a 500", TOOL,
+       cp.history_since_huge, Read.OUTPUT, "400 since: must be a duration back from now"
+       " (24h) or an ISO date/time after the year 1, got '1000000d'"),
+    _c("cli-history-since-huge", "console", "`safetynet history --since 1000000d`",
+       "a usage error naming --since (exit 2), never a traceback", TOOL,
+       cp.history_cli_since_huge, Read.OUTPUT, "exit 2: Error: Invalid value for"
+       " --since: a duration (24h) or an ISO date/time after the year 1"),
+    _c("cli-replay-superscript", "console", "`safetynet replay ²` ('²'.isdigit() is true,"
+       " int('²') fails)", "named as not a dead letter (exit 2), nothing changed, the"
+       " refusal recorded; never a traceback", TOOL, cp.replay_cli_superscript, Read.OUTPUT,
+       "exit 2: error: not dead letters, nothing changed: "),
+    _c("console-form-multipart", "console", "an action posted as multipart/form-data with"
+       " a file", "refused (415) unread: nothing spooled to disk, nothing acted", TOOL,
+       cp.form_multipart, Read.OUTPUT,
+       "415 only application/x-www-form-urlencoded forms are accepted"),
+    _c("console-form-1mib", "console", "an action form of 1 MiB, chunked (no"
+       " Content-Length)", "refused (413) once 64 KiB are read; nothing acted", TOOL,
+       cp.form_one_mib, Read.OUTPUT, "413 a form is at most 65536 bytes"),
+    _c("console-outbox-payload-40mb", "console", "/outbox/ID of a row whose payload is"
+       " 40 MB", "a 64 Ki-character preview and the size (SQL left()/octet_length()), a"
+       " page under 200 kB", TOOL, cp.payload_40mb, Read.OUTPUT,
+       "200 40,000,012 bytes: the first 65,536 characters, as stored"),
+    _c("console-metrics-endless", "console", "the daemon at http.listen answers /metrics"
+       " with an endless body", "the read stops at 2 MiB; the overview says why and"
+       " shows the rest from PostgreSQL", TOOL, cp.metrics_endless, Read.OUTPUT,
+       "200 Its metrics (http://<daemon>/metrics) do not answer: metrics larger than"
+       " 2097152 bytes"),
+    _c("console-audit-by-get", "console", "GET /audit?run=1 twenty times (a cross-site"
+       " <img>), then two audit POSTs at once", "no GET runs the audit; the first POST"
+       " runs it, the second is refused (429, Retry-After)", TOOL, cp.audit_by_get,
+       Read.OUTPUT, "200 Not judged since this console started.; POST 303, at once again"
+       " 429"),
+    _c("console-basic-wide-listen", "console", "auth = basic on listen 0.0.0.0 without"
+       " console.public_origin", "`safetynet console` exits 78 naming the key, serves"
+       " nothing", TOOL, cp.console_process({"listen": "0.0.0.0:9470", "user": "u",
+                                             "password_hash": cp.GOOD_HASH}),
+       Read.OUTPUT, "exit 78: config error: console.public_origin: required when"
+       " console.auth = basic and console.listen is not loopback (0.0.0.0:9470)"),
+    _c("console-hash-cheap", "console", "console.password_hash with scrypt N = 2^10",
+       EXIT_78, TOOL, cp.console_process({"user": "u", "password_hash": cp.CHEAP_HASH}),
+       Read.OUTPUT, "exit 78: config error: console.password_hash: scrypt N = 1024 is too"
+       " cheap"),
+    _c("console-proxy-no-secret-config", "console", "auth = proxy_header without"
+       " console.proxy_secret", "`safetynet console` exits 78 naming the key", TOOL,
+       cp.console_process({"auth": "proxy_header", "trusted_proxies": ["127.0.0.1"]}),
+       Read.OUTPUT, "exit 78: config error: console.proxy_secret: required when"
+       " console.auth = proxy_header"),
 ]

@@ -24,7 +24,7 @@ FIGURES = ROOT / "build" / "bad-input"  # what the last test run observed
 DOC = ROOT / "build" / "bad-input.md"
 PUBLISHED_DOC = ROOT / "docs" / "bad-input.md"
 
-AREAS = ("config", "s3", "messenger", "outbox", "kafka", "media")
+AREAS = ("config", "s3", "messenger", "outbox", "kafka", "media", "console")
 
 # inputs proven by unit tests only: no real server can be made to answer them
 UNIT_ONLY = [

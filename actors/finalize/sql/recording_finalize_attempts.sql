@@ -126,7 +126,7 @@ claimed AS (
     WHERE a.id = c.id AND a.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING a.id, a.recording_id, a.session_kind, a.session_id, a.attempts,
               a.next_attempt_at, c.old_attempts, c.old_next_attempt_at, c.phase,
-              c.recording_status, c.tenant_id, c.poison_reason
+              c.recording_status, c.tenant_id, c.poison_reason, c.session_ended_at
 )
 SELECT c.*, k.skipped_locked
 FROM (SELECT GREATEST(0, (SELECT count(*) FROM candidates) - (SELECT count(*) FROM due))
@@ -135,14 +135,17 @@ LEFT JOIN claimed c ON true
 ORDER BY c.old_next_attempt_at, c.id;
 
 -- name: finalize_attempts_unclaim --
--- A configuration fault is not an attempt: give the row back exactly as it was.
+-- A configuration fault is not an attempt: give the row back as it was (attempts), due at
+-- old_next_attempt_at: when it was due before the claim, or after its hold-off for a
+-- withheld verdict or an unusable Content-Type (actors/finalize/holdoff.py).
 UPDATE messenger.recording_finalize_attempts
 SET attempts = %(old_attempts)s, next_attempt_at = %(old_next_attempt_at)s, updated_at = now()
 WHERE id = %(id)s AND status = 'Pending';
 
 -- name: finalize_attempts_unclaim_many --
 -- The same for a group in one statement (rows withheld for want of evidence, deferred by
--- the breaker, or met by a configuration fault): parallel arrays, one entry per row.
+-- the breaker, or met by a configuration fault): parallel arrays, one entry per row; the
+-- third holds when each row is due again.
 UPDATE messenger.recording_finalize_attempts a
 SET attempts = i.old_attempts, next_attempt_at = i.old_next_attempt_at, updated_at = now()
 FROM unnest(%(ids)s::uuid[], %(old_attempts)s::int[], %(old_next_attempt_at)s::timestamptz[])

@@ -119,10 +119,12 @@ ORDER BY cl.sort_key, cl.id;
 --   healed: a conference reaped after it was poison is forgotten.
 -- Returns one row per claimed id: transitioned or rejected, and what the caller logs.
 WITH recs AS (
+    -- r.id::uuid: an array of a domain over uuid (which the contract accepts) would reach
+    -- the driver as text
     SELECT r.session_id,
-           (array_agg(r.id ORDER BY r.created_at DESC, r.id DESC)
+           (array_agg(r.id::uuid ORDER BY r.created_at DESC, r.id DESC)
                 FILTER (WHERE r.status <> 'Failed'))[1] AS recording_id,
-           array_agg(r.id ORDER BY r.created_at, r.id)
+           array_agg(r.id::uuid ORDER BY r.created_at, r.id)
                FILTER (WHERE r.status IN ('Pending', 'Recording', 'Uploading'))
                AS active_recordings
     FROM messenger.call_recordings r
@@ -215,7 +217,7 @@ LEFT JOIN ob ON ob.dedupe_key = j.id::text;
 -- branches are only the access path, one index range per phase (the claims' own ranges:
 -- ix_conf_empty_room, ix_conf_provisioning, ix_conf_active), so the gauge reads the due
 -- conferences and never the live ones (it runs after every reaper cycle).
--- tests/integration/test_plan.py checks the count against the function on seeded rows.
+-- tests/integration/app/test_plan.py checks the count against the function on seeded rows.
 SELECT count(*)
 FROM (SELECT c.id, c.status, c.active_participant_count, c.last_activity_at, c.created_at
       FROM messenger.conference_sessions c

@@ -90,11 +90,14 @@ def _requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
                    "(not those still blocking later rows of their key); needs --reason.")
 @click.option("--older-than", default=None,
               help="With --purge: a duration (default outbox_relay.dead_letter_retention).")
+@click.option("--keys", is_flag=True,
+              help="The keys held back instead (behind a dead letter or a row in retry): "
+                   "how many events wait, since when, and what releases each.")
 @actor_options
 @config_option
 def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
-                 reason: str | None, actor: str | None, config_files: tuple[Path, ...]
-                 ) -> None:
+                 keys: bool, reason: str | None, actor: str | None,
+                 config_files: tuple[Path, ...]) -> None:
     """The outbox's dead letters, newest first (whether each still blocks its key); with
     --purge, delete the old ones (recorded in the trail). `safetynet replay ID` puts one
     back on the relay's path."""
@@ -109,7 +112,20 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
         raise click.UsageError("--older-than, --reason and --actor go with --purge")
     if purge and not reason:
         raise click.UsageError("--purge needs --reason TEXT")
+    if purge and keys:
+        raise click.UsageError("--keys does not go with --purge")
     cfg = load_or_exit(config_files)
+    if keys:
+        from supervision.app.frozen_keys import frozen_keys, report
+
+        try:
+            with operator_connection(cfg) as conn:
+                held = frozen_keys(conn, limit)
+        except psycopg.Error as exc:
+            fail(f"postgres: {describe(exc)}", cfg=cfg)
+        for line in report(held, as_json):
+            click.echo(printable(line))
+        return
     try:
         age = (cfg.outbox_relay.dead_letter_retention if older_than is None
                else parse_duration(older_than))

@@ -15,6 +15,7 @@ from supervision.app.terminal import cell, printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.errors import describe
 from supervision.jobs import Job
+from supervision.secrets import secrets_in
 
 
 @main.command()
@@ -132,7 +133,11 @@ def plan(job: Job, limit: int, as_json: bool, config_files: tuple[Path, ...]) ->
     import trio
 
     from supervision.app.plan import plan as make_plan
+    from supervision.logs import configure_logging
 
+    # what the replayed cycle logs (evidence_list_refused, ...) goes to stderr: stdout is
+    # the plan (--json: one object per line, nothing else)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     try:
         items = trio.run(make_plan, cfg, job, limit)
     except psycopg.Error as exc:

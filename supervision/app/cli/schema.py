@@ -25,9 +25,14 @@ from supervision.secrets import secrets_in
               help="Demo/test databases only: first create the messenger's tables from the "
               "fixture the project ships (refused when any exists).")
 @click.option("--grant-to", metavar="ROLE",
-              help="Then grant the existing ROLE exactly what the runtime needs.")
+              help="Then grant the existing ROLE exactly what the runtime needs (recorded: "
+              "every later migrate grants it again).")
+@click.option("--grant-read-to", metavar="ROLE",
+              help="Then grant the existing ROLE SELECT only, on what the jobs read "
+              "(recorded, as --grant-to).")
 def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: bool,
-            messenger_fixture: bool, grant_to: str | None) -> None:
+            messenger_fixture: bool, grant_to: str | None,
+            grant_read_to: str | None) -> None:
     """Create or update the safetynet schema and its indexes on the messenger's tables
     (online: CONCURRENTLY, short lock_timeout, retried); never a messenger table."""
     cfg = load_or_exit(config_files)
@@ -40,7 +45,8 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
     dsn = conninfo(cfg.postgres, m.APPLICATION_NAME)
     options = m.Options(safetynet_only=safetynet_only,
-                        notify_trigger=cfg.outbox_relay.wakeup == "notify")
+                        notify_trigger=cfg.outbox_relay.wakeup == "notify",
+                        grant_to=grant_to, grant_read_to=grant_read_to)
     try:
         if print_sql:
             click.echo(m.print_sql(dsn, options), nl=False)
@@ -49,15 +55,12 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
             m.apply_messenger_fixture(dsn)
             click.echo("created the messenger fixture's tables")
         applied = m.migrate(dsn, options)
-        granted = m.grant(dsn, grant_to) if grant_to else []
     except SafetynetError as exc:
         fail(str(exc), cfg=cfg)
     for step in applied:
         click.echo(f"applied {step.label}")
     if not applied:
         click.echo("schema is up to date")
-    for statement in granted:
-        click.echo(statement)
 
 
 @main.command("check-schema")

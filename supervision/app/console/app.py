@@ -17,32 +17,34 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, TypeVar
 
-import anyio.to_thread
 import jinja2
 import psycopg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from supervision.app import actions
-from supervision.app.console import views
+from supervision.app.console import inputs, views
+from supervision.app.console.audit_runs import AUDIT_MIN_INTERVAL_S, Audits
 from supervision.app.console.daemon_metrics import scrape
+from supervision.app.console.inputs import BadInput, read_form
 from supervision.app.console.security import (
     HEADERS,
     SESSION_COOKIE,
     Gate,
     Login,
+    Site,
     cross_site,
     new_session,
 )
+from supervision.app.frozen_keys import frozen_keys
 from supervision.app.settings import Config
 from supervision.app.terminal import printable
-from supervision.app.trail import Actor, Origin, Verb, parse_since, record_action
+from supervision.app.trail import Actor, Origin, Verb, record_action
 from supervision.db.database import Database
-from supervision.durations import parse_duration
 from supervision.errors import SafetynetError
 from supervision.jobs import Job
 from supervision.secrets import Scrubber, secrets_in
@@ -68,32 +70,49 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
     routes = [
         Route("/", console.overview), Route("/recordings", console.recordings),
         Route("/conferences", console.conferences), Route("/outbox", console.outbox),
+        Route("/outbox/keys", console.frozen_keys),
         Route("/outbox/{row_id:int}", console.outbox_row), Route("/audit", console.audit),
+        Route("/audit/run", console.run_audit, methods=["POST"]),
         Route("/history", console.history),
         Route("/static/console.css", console.css),
         *(Route(f"/actions/{name}", getattr(console, f"act_{name}"), methods=["POST"])
           for name in ("requeue", "release", "replay", "pause", "resume", "audit")),
+        Route("/actions/release-key", console.act_release_key, methods=["POST"]),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_Guard, gate=gate)])
+    return Starlette(routes=routes, middleware=[
+        Middleware(_Guard, gate=gate, site=Site.of(cfg.console))])
 
 
 class _Guard(BaseHTTPMiddleware):
-    """Authentication, the cross-site check of POSTs, the session cookie, the headers."""
+    """The Host allow-list, authentication, the cross-site check of POSTs, the session
+    cookie, the headers."""
 
-    def __init__(self, app: Any, gate: Gate) -> None:
+    def __init__(self, app: Any, gate: Gate, site: Site) -> None:
         super().__init__(app)
-        self.gate = gate
+        self.gate, self.site = gate, site
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint
                        ) -> Response:
+        response = await self._dispatch(request, call_next)
+        for key, value in HEADERS.items():
+            response.headers[key] = value
+        return response
+
+    async def _dispatch(self, request: Request, call_next: RequestResponseEndpoint
+                        ) -> Response:
         client = request.client.host if request.client else ""
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        login = await anyio.to_thread.run_sync(self.gate.authenticate, client, headers)
+        pairs = [(k.lower(), v) for k, v in request.headers.items()]
+        host = request.headers.getlist("host")
+        if len(host) != 1 or not self.site.host_ok(host[0]):
+            return PlainTextResponse("unknown Host: this console answers to its "
+                                     "console.listen address or console.public_origin", 400)
+        login = await self.gate.authenticate(client, pairs)
         session = request.cookies.get(SESSION_COOKIE, "")
+        headers = dict(pairs)
         if not isinstance(login, Login):
             response: Response = PlainTextResponse(login.message, login.status, login.headers)
         elif request.method not in ("GET", "HEAD") and (why := cross_site(
-                headers, request.headers.get("host", ""), request.url.scheme)):
+                headers, self.site.origins(request.url.scheme, host[0]))):
             response = PlainTextResponse(f"cross-site request refused ({why})", 403)
         elif request.method not in ("GET", "HEAD") and not session:
             response = PlainTextResponse("no session: reload the page and try again", 403)
@@ -103,10 +122,9 @@ class _Guard(BaseHTTPMiddleware):
             response = await call_next(request)
             if not session:  # the session the form token is bound to
                 response.set_cookie(SESSION_COOKIE, request.state.session, httponly=True,
-                                    samesite="strict", secure=request.url.scheme == "https",
+                                    samesite="strict", secure=request.url.scheme == "https"
+                                    or self.site.public_origin.startswith("https:"),
                                     path="/")
-        for key, value in HEADERS.items():
-            response.headers[key] = value
         return response
 
 
@@ -121,6 +139,9 @@ def _page(fn: _Handler) -> _Handler:
             return await fn(self, request)
         except Unavailable as exc:
             return self.render(request, "unavailable.html", {"why": str(exc)}, status=503)
+        except BadInput as exc:
+            return self.render(request, "message.html", {
+                "title": "bad input", "message": str(exc)}, status=400)
 
     return page
 
@@ -129,6 +150,7 @@ class _Console:
     def __init__(self, cfg: Config, db: Database, gate: Gate) -> None:
         self.cfg, self.db, self.gate = cfg, db, gate
         self.scrubber = Scrubber(secrets_in(cfg))  # a driver's message may quote the DSN
+        self.audits = Audits()
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -163,13 +185,16 @@ class _Console:
     @_page
     async def recordings(self, request: Request) -> Response:
         q = request.query_params
-        status = q.get("status", "Quarantined")
-        status = status if status in STATUSES else "Quarantined"
-        window = q.get("window", "all")
-        window = window if window in views.WINDOWS else "all"
-        search = q.get("q", "").strip()[:512]
-        data = await self.read(views.recordings, status, window,
-                               views.Cursor.decode(q.get("after")), search)
+        status = inputs.choice(q, "status", STATUSES, "Quarantined")
+        window = inputs.choice(q, "window", views.WINDOWS, "all")
+        search = q.get("q", "").strip()
+        if len(search) > 512:
+            raise BadInput("q", "at most 512 characters")
+        try:
+            after = views.Cursor.decode(q.get("after"))
+        except ValueError:
+            raise BadInput("after", "not a cursor of this page: follow its links") from None
+        data = await self.read(views.recordings, status, window, after, search)
         return self.render(request, "recordings.html", {
             **data, "status": status, "window": window, "q": search,
             "live": q.get("live") == "1"}, refresh=q.get("live") == "1")
@@ -181,8 +206,8 @@ class _Console:
 
     @_page
     async def outbox(self, request: Request) -> Response:
-        after = _int(request.query_params.get("after"), 0)
-        before = _int(request.query_params.get("before"), None)
+        after = inputs.optional_whole(request.query_params, "after") or 0
+        before = inputs.optional_whole(request.query_params, "before")
         data = await self.read(views.outbox, after, before)
         # a refresh would lose the dead letters checked for a replay
         selecting = self.cfg.console.allow_actions and bool(data["dead"])
@@ -190,8 +215,16 @@ class _Console:
                            refresh=after == 0 and before is None and not selecting)
 
     @_page
+    async def frozen_keys(self, request: Request) -> Response:
+        """Every key held back, its blocker and the action that releases it."""
+        found = await self.read(frozen_keys, views.PAGE)
+        return self.render(request, "frozen_keys.html", {"found": found})
+
+    @_page
     async def outbox_row(self, request: Request) -> Response:
-        row = await self.read(views.outbox_row, int(request.path_params["row_id"]))
+        row_id = int(request.path_params["row_id"])
+        row = await self.read(views.outbox_row, row_id) if row_id <= inputs.BIGINT_MAX \
+            else None
         if row is None:
             return self.render(request, "message.html", {
                 "title": "not found", "message": "no such outbox row (published rows are "
@@ -200,36 +233,68 @@ class _Console:
 
     @_page
     async def audit(self, request: Request) -> Response:
-        run = request.query_params.get("run") == "1"
-        violations = await self.read(views.audit, self.cfg) if run else None
-        return self.render(request, "audit.html", {"violations": violations, "run": run})
+        """The last audit judged by this console and how long ago (running it is a POST)."""
+        return self.render(request, "audit.html", {"last": self.audits.last,
+                                                    "interval": AUDIT_MIN_INTERVAL_S})
+
+    @_page
+    async def run_audit(self, request: Request) -> Response:
+        """Judge the invariants now (token-bound, rate-limited), then show them (303)."""
+        parsed = await self._form(request, needs_actions=False)
+        if isinstance(parsed, Response):
+            return parsed
+        busy = await self._judge(request)
+        return busy or RedirectResponse("/audit", 303)
+
+    async def _judge(self, request: Request) -> Response | None:
+        wait = self.audits.wait()
+        if wait:
+            busy = self.render(request, "message.html", {
+                "title": "audit: not now", "message": "an audit is running or ran less than "
+                f"{AUDIT_MIN_INTERVAL_S:.0f} s ago: its result is on the audit page"},
+                status=429)
+            busy.headers["retry-after"] = str(max(1, round(wait + 0.5)))
+            return busy
+        started, violations = self.audits.start(), None
+        try:
+            violations = await self.read(views.audit, self.cfg)
+        finally:
+            self.audits.done(request.state.user, violations, started)
+        return None
 
     @_page
     async def history(self, request: Request) -> Response:
-        before = _int(request.query_params.get("before"), None)
+        before = inputs.optional_whole(request.query_params, "before")
         since_text = request.query_params.get("since", "").strip()
         try:
-            since = parse_since(since_text) if since_text else None
-        except ValueError:
-            since = None
+            since = inputs.since(since_text)
+        except BadInput as exc:
+            return self.render(request, "history.html", {
+                "rows": [], "next": None, "since": since_text, "error": str(exc)}, status=400)
         data = await self.read(views.trail, before, since)
-        return self.render(request, "history.html", {**data, "since": since_text},
-                           refresh=before is None)
+        return self.render(request, "history.html", {**data, "since": since_text,
+                                                      "error": ""}, refresh=before is None)
 
     # ---------------------------------------------------------------- actions
 
-    async def _form(self, request: Request) -> tuple[dict[str, Any], list[str]] | Response:
-        """The form of an action, or the refusal: read-only, a bad token."""
-        if not self.cfg.console.allow_actions:
+    async def _form(self, request: Request, *, needs_actions: bool = True
+                    ) -> tuple[dict[str, Any], list[str]] | Response:
+        """The form of an action, or the refusal: read-only, not a small urlencoded form,
+        a bad token."""
+        if needs_actions and not self.cfg.console.allow_actions:
             return self.render(request, "message.html", {
                 "title": "read-only", "message": "this console is read-only "
                 "(console.allow_actions = false): use the safetynet CLI, or enable actions"},
                 status=403)
-        form = await request.form()
+        form = await read_form(request)
+        if isinstance(form, Response):
+            return form
         if not self.gate.token_ok(request.state.session, request.state.user,
                                   str(form.get("token", ""))):
             return PlainTextResponse("missing or wrong form token: reload the page", 403)
-        ids = [str(i) for i in form.getlist("ids")][:MAX_IDS]
+        ids = [str(i) for i in form.getlist("ids")]
+        if len(ids) > MAX_IDS:
+            return PlainTextResponse(f"at most {MAX_IDS} ids at once", 400)
         return {k: str(v) for k, v in form.items() if k != "ids"}, ids
 
     def _who(self, request: Request) -> Actor:
@@ -238,7 +303,9 @@ class _Console:
 
     async def _confirm_or_act(self, request: Request, verb: Verb,
                               act: Callable[[dict[str, Any], list[str], str], Awaitable[Any]],
-                              *, needs_ids: bool = False) -> Response:
+                              *, needs_ids: bool = False,
+                              check: Callable[[dict[str, Any], list[str]], Any] | None = None
+                              ) -> Response:
         parsed = await self._form(request)
         if isinstance(parsed, Response):
             return parsed
@@ -248,15 +315,25 @@ class _Console:
                 "title": f"{verb.value}: nothing checked",
                 "message": "check the rows to act on, then try again"}, status=400)
         reason = fields.get("reason", "").strip()[:1024]
-        if fields.get("confirm") != "yes" or not reason:
+        confirmed = fields.get("confirm") == "yes"
+        try:
+            if check is not None:
+                check(fields, ids)
+        except BadInput as exc:
+            return self.render(request, "confirm.html", {
+                "verb": verb.value, "ids": ids, "fields": fields, "error": str(exc)},
+                status=400)
+        if not confirmed or not reason:
             return self.render(request, "confirm.html", {
                 "verb": verb.value, "ids": ids, "fields": fields,
-                "error": "a reason is required" if fields.get("confirm") == "yes" else ""},
-                status=400 if fields.get("confirm") == "yes" else 200)
+                "error": "a reason is required" if confirmed else ""},
+                status=400 if confirmed else 200)
         try:
             result = await act(fields, ids, reason)
         except Unavailable as exc:
             return self.render(request, "unavailable.html", {"why": str(exc)}, status=503)
+        if isinstance(result, Response):
+            return result
         return self.render(request, "done.html", {"verb": verb.value, "result": result})
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
@@ -266,59 +343,73 @@ class _Console:
             raise Unavailable(f"PostgreSQL: {type(exc).__name__}") from exc
 
     async def act_requeue(self, request: Request) -> Response:
+        def check(fields: dict[str, Any], ids: list[str]) -> None:
+            inputs.choice(fields, "status", STATUSES, "Quarantined")
+            inputs.uuids(ids)
+
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
-            status = fields.get("status", "Quarantined")
-            status = status if status in STATUSES else "Quarantined"
+            status = inputs.choice(fields, "status", STATUSES, "Quarantined")
             return await self._write(functools.partial(
                 actions.requeue_snapshot, status=status), self._who(request), ids, reason)
 
-        return await self._confirm_or_act(request, Verb.REQUEUE, act)
+        return await self._confirm_or_act(request, Verb.REQUEUE, act, check=check)
 
     async def act_release(self, request: Request) -> Response:
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
             return await self._write(actions.release_snapshot, self._who(request), ids,
                                      reason)
 
-        return await self._confirm_or_act(request, Verb.RELEASE, act)
+        return await self._confirm_or_act(request, Verb.RELEASE, act,
+                                          check=lambda _, ids: inputs.uuids(ids))
 
     async def act_replay(self, request: Request) -> Response:
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
             return await self._write(actions.replay_snapshot, self._who(request), ids,
                                      reason)
 
-        return await self._confirm_or_act(request, Verb.REPLAY, act, needs_ids=True)
+        return await self._confirm_or_act(request, Verb.REPLAY, act, needs_ids=True,
+                                          check=lambda _, ids: inputs.outbox_ids(ids))
+
+    async def act_release_key(self, request: Request) -> Response:
+        """Set aside the rows in retry holding back their keys (the frozen-keys page)."""
+        async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
+            return await self._write(actions.set_aside_snapshot, self._who(request), ids,
+                                     reason)
+
+        return await self._confirm_or_act(request, Verb.RELEASE_KEY, act, needs_ids=True,
+                                          check=lambda _, ids: inputs.outbox_ids(ids))
 
     async def act_pause(self, request: Request) -> Response:
+        def check(fields: dict[str, Any], ids: list[str]) -> None:
+            _job(fields)
+            inputs.pause_for(fields.get("for", "").strip())
+
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
-            job = fields.get("job", "")
-            if job not in JOBS:
-                raise Unavailable("unknown job")
-            text = fields.get("for", "").strip()
-            try:
-                seconds = parse_duration(text) if text else None
-            except ValueError:
-                seconds = None
+            job, seconds = _job(fields), inputs.pause_for(fields.get("for", "").strip())
             done, trail_id = await self._write(actions.pause, self._who(request), job,
                                                reason, seconds)
             return {"job": job, "new": done.new, "paused_by": done.pause.paused_by,
                     "for_seconds": seconds, "trail_id": trail_id}
 
-        return await self._confirm_or_act(request, Verb.PAUSE, act)
+        return await self._confirm_or_act(request, Verb.PAUSE, act, check=check)
 
     async def act_resume(self, request: Request) -> Response:
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
-            job = fields.get("job", "")
-            if job not in JOBS:
-                raise Unavailable("unknown job")
+            job = _job(fields)
             ended, trail_id = await self._write(actions.resume, self._who(request), job,
                                                 reason)
             return {"job": job, "was_paused": ended is not None, "trail_id": trail_id}
 
-        return await self._confirm_or_act(request, Verb.RESUME, act)
+        return await self._confirm_or_act(request, Verb.RESUME, act,
+                                          check=lambda fields, _: _job(fields))
 
     async def act_audit(self, request: Request) -> Response:
         async def act(fields: dict[str, Any], ids: list[str], reason: str) -> Any:
-            violations = await self.read(views.audit, self.cfg)
+            busy = await self._judge(request)
+            if busy is not None:
+                return busy
+            assert self.audits.last is not None
+            violations = self.audits.last.violations
             who = self._who(request)
 
             def trail(conn: psycopg.Connection) -> int:
@@ -332,9 +423,9 @@ class _Console:
         return await self._confirm_or_act(request, Verb.AUDIT, act)
 
 
-def _int(text: str | None, default: Any) -> Any:
-    try:
-        return int(text) if text else default
-    except ValueError:
-        return default
+def _job(fields: dict[str, Any]) -> str:
+    job = str(fields.get("job", ""))
+    if job not in JOBS:
+        raise BadInput("job", f"must be one of {', '.join(JOBS)}")
+    return job
 

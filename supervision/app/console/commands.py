@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -42,7 +43,7 @@ def console(hash_password: bool, config_files: tuple[Path, ...]) -> None:
         return
     import trio
 
-    from supervision.config import console_problems
+    from supervision.config import console_problems, console_warnings
     from supervision.logs import configure_logging
     from supervision.secrets import secrets_in
 
@@ -53,25 +54,42 @@ def console(hash_password: bool, config_files: tuple[Path, ...]) -> None:
             click.echo(f"config error: {problem}", err=True)
         sys.exit(EXIT_CONFIG)
     configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
+    import structlog
+
+    for warning in console_warnings(cfg.console):
+        structlog.get_logger("safetynet.console").warning("console_config_warning",
+                                                          problem=warning)
     trio.run(serve_console, cfg)
 
 
-async def serve_console(cfg: Config, *, signals: bool = True) -> None:
-    """Serve the console until SIGINT/SIGTERM (with *signals*) or until cancelled."""
-    import structlog
-    import trio
-    from hypercorn.config import Config as HypercornConfig
-    from hypercorn.trio import serve
+READ_TIMEOUT_S = 30  # a client silent this long mid-request is disconnected
 
-    from supervision.app.console.app import build_app
-    from supervision.db.database import open_database
-    from supervision.db.pgconn import client_deadline, conninfo
+
+def hypercorn_config(cfg: Config) -> Any:
+    """Hypercorn's settings: the console's address, no logs of its own, a read timeout
+    (a slow client cannot hold a connection open forever)."""
+    from hypercorn.config import Config as HypercornConfig
 
     hc = HypercornConfig()
     hc.bind = [cfg.console.listen]
     hc.accesslog = None
     hc.errorlog = None
     hc.graceful_timeout = 2.0
+    hc.read_timeout = READ_TIMEOUT_S
+    return hc
+
+
+async def serve_console(cfg: Config, *, signals: bool = True) -> None:
+    """Serve the console until SIGINT/SIGTERM (with *signals*) or until cancelled."""
+    import structlog
+    import trio
+    from hypercorn.trio import serve
+
+    from supervision.app.console.app import build_app
+    from supervision.db.database import open_database
+    from supervision.db.pgconn import client_deadline, conninfo
+
+    hc = hypercorn_config(cfg)
     async with open_database(conninfo(cfg.postgres, "safetynet-console"), size=4,
                              name="safetynet-console",
                              connect_timeout=cfg.postgres.connect_timeout,
@@ -98,7 +116,9 @@ async def serve_console(cfg: Config, *, signals: bool = True) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per action.")
 @click.option("--since", default=None,
               help="Only actions since then: a duration back (24h) or an ISO date/time.")
-@click.option("--limit", default=100, show_default=True, help="Actions to show at most.")
+@click.option("--limit", default=100, show_default=True,
+              type=click.IntRange(1, 500),  # trail.HISTORY_PAGE_MAX
+              help="Actions to show at most.")
 @click.option("-c", "--config", "config_files", multiple=True,
               type=click.Path(path_type=Path),
               help="TOML config file; repeat to layer files (later wins). "
@@ -114,8 +134,8 @@ def history(as_json: bool, since: str | None, limit: int,
 
     try:
         when = None if since is None else parse_since(since)
-    except ValueError:
-        raise click.BadParameter("a duration (24h) or an ISO date/time",
+    except (ValueError, OverflowError):  # OverflowError: 1000000d is before the year 1
+        raise click.BadParameter("a duration (24h) or an ISO date/time after the year 1",
                                  param_hint="--since") from None
     cfg = load_or_exit(config_files)
     try:

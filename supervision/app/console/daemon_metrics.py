@@ -7,15 +7,16 @@
 The database holds what every replica shares (leases, pauses, backlogs); the breaker, the
 configuration faults, the cycle counters and each job's last cycle (its counts, status and
 end: ``safetynet_last_cycle``) live in a daemon's process. The console reads
-them from the daemon whose ``http.listen`` its configuration names (bounded: one GET,
-:data:`TIMEOUT_S`), and says so plainly when that daemon does not answer — the console itself
-works without it.
+them from the daemon whose ``http.listen`` its configuration names (bounded: one GET within
+:data:`DEADLINE_S`, at most :data:`MAX_BYTES` read), and says so plainly when that daemon
+does not answer — the console itself works without it.
 """
 
 from __future__ import annotations
 
 import time
 
+import anyio
 import attrs
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from supervision.jobs import Job
 from supervision.tls import public_context
 
-TIMEOUT_S = 1.0
+TIMEOUT_S = 1.0  # each connect, read
+DEADLINE_S = 2.0  # the whole GET (a daemon dripping bytes)
 MAX_BYTES = 2 * 1024 * 1024
 RUNS = {"messenger_recording_finalize_run": Job.RECORDING_FINALIZE,
         "messenger_conf_reaper_run": Job.CONFERENCE_REAPER}
@@ -49,15 +51,26 @@ class DaemonView:
 
 async def scrape(listen: str) -> DaemonView:
     url = f"http://{listen}/metrics"
+    with anyio.move_on_after(DEADLINE_S):
+        return await _scrape(url)
+    return DaemonView(url, f"no whole answer within {DEADLINE_S:g} s")
+
+
+async def _scrape(url: str) -> DaemonView:
     try:
         # plain http on loopback: the shared context spares a load of the CA bundle a page
-        async with httpx.AsyncClient(timeout=TIMEOUT_S, verify=public_context()) as client:
-            response = await client.get(url)
+        async with httpx.AsyncClient(timeout=TIMEOUT_S, verify=public_context()) as client, \
+                client.stream("GET", url) as response:
+            if response.status_code != 200:
+                return DaemonView(url, f"HTTP {response.status_code}")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_BYTES:  # never read past the cap
+                    return DaemonView(url, f"metrics larger than {MAX_BYTES} bytes")
     except httpx.HTTPError as exc:
         return DaemonView(url, f"{type(exc).__name__} (is `safetynet run` up on this host?)")
-    if response.status_code != 200 or len(response.content) > MAX_BYTES:
-        return DaemonView(url, f"HTTP {response.status_code}")
-    return parse(url, response.text)
+    return parse(url, body.decode("utf-8", errors="replace"))
 
 
 def parse(url: str, text: str, now: float | None = None) -> DaemonView:

@@ -27,6 +27,7 @@ from supervision.app.settings import Config
 from supervision.app.trail import Action, history
 
 PAGE = 50
+PREVIEW_CHARS = 64 * 1024  # of an outbox row's payload or headers on its page
 WINDOWS = ("due", "later", "all")  # recordings: due now, rescheduled later, every Pending
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 NIL = "00000000-0000-0000-0000-000000000000"
@@ -64,13 +65,14 @@ class Cursor:
 
     @classmethod
     def decode(cls, text: str | None) -> Cursor:
-        if not text or "_" not in text:
+        """The cursor a page's link carries (none: the first page); ValueError when it is
+        not one."""
+        if not text:
             return cls()
-        at, _, ident = text.rpartition("_")
-        try:
-            return cls(dt.datetime.fromisoformat(at), str(uuid.UUID(ident)))
-        except ValueError:
-            return cls()
+        at, sep, ident = text.rpartition("_")
+        if not sep:
+            raise ValueError("not a cursor")
+        return cls(dt.datetime.fromisoformat(at), str(uuid.UUID(ident)))
 
 
 def recordings(conn: psycopg.Connection, status: str, window: str, after: Cursor,
@@ -120,16 +122,23 @@ def outbox(conn: psycopg.Connection, after: int, before: int | None) -> dict[str
 
 
 def outbox_row(conn: psycopg.Connection, row_id: int) -> dict[str, Any] | None:
-    """One outbox row with its payload, pretty-printed (rendered as text, escaped)."""
-    rows = _rows(conn, "console_outbox_get", {"id": row_id})
+    """One outbox row with the first :data:`PREVIEW_CHARS` of its payload and headers
+    (pretty-printed when whole) and their sizes: never the whole of a huge payload."""
+    rows = _rows(conn, "console_outbox_get", {"id": row_id, "preview": PREVIEW_CHARS})
     if not rows:
         return None
     row = rows[0]
-    row["payload_text"] = json.dumps(row["payload"], indent=2, sort_keys=True,
-                                     ensure_ascii=False)
-    row["headers_text"] = json.dumps(row["headers"], indent=2, sort_keys=True,
-                                     ensure_ascii=False)
+    for part in ("payload", "headers"):
+        text, size = row[f"{part}_preview"], row[f"{part}_bytes"]
+        row[f"{part}_whole"] = text is None or len(text.encode()) >= size
+        row[f"{part}_text"] = _pretty(text) if row[f"{part}_whole"] else text
     return row
+
+
+def _pretty(text: str | None) -> str:
+    if text is None:
+        return "null"
+    return json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def audit(conn: psycopg.Connection, cfg: Config) -> list[Any]:

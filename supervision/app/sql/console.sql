@@ -122,8 +122,14 @@ ORDER BY d.outbox_id DESC
 LIMIT %(limit)s;
 
 -- name: console_outbox_get --
--- Outbox: one row and its dead letter, for the payload view.
-SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type, o.payload, o.headers,
+-- Outbox: one row and its dead letter, for the payload view: the payload's and headers'
+-- first %(preview)s characters and their sizes, never the whole (a row another writer left
+-- may hold 40 MB).
+SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.event_type,
+       pg_catalog.left(o.payload::text, %(preview)s) AS payload_preview,
+       pg_catalog.octet_length(o.payload::text) AS payload_bytes,
+       pg_catalog.left(o.headers::text, %(preview)s) AS headers_preview,
+       pg_catalog.octet_length(o.headers::text) AS headers_bytes,
        o.created_at, o.published_at, o.publish_attempts, o.last_error,
        d.reason AS dead_reason, d.blocks_key, d.created_at AS dead_at
 FROM messenger.integration_outbox o

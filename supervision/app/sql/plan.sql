@@ -1,15 +1,40 @@
 -- name: plan_finalize_attempts --
 -- Dry run of finalize_attempts_claim_due: the same selection and phase decision, without
--- locks or writes (rows another runner holds right now are listed too).
-SELECT a.id, a.recording_id, a.attempts, a.next_attempt_at, c.recording_status,
-       c.session_ended_at, c.phase, c.poison_reason,
+-- locks or writes, in the claim's order (next_attempt_at; ties, which the claim takes in
+-- either order, by id). Rows another transaction holds right now are listed too, and
+-- said so without waiting or locking: `held` when the finalize row is (the claim would
+-- skip it), `recording_held` when its recording is (the commit would skip it). Held
+-- means the row's xmax names a transaction this statement's snapshot does not see as
+-- completed (a row lock or an update not yet committed; a row locked by several
+-- transactions at once, a multixact, is not seen). xmax is a 32-bit xid: it is widened
+-- to the snapshot's epoch (the one before, when it is above the snapshot's xmax).
+WITH snap AS MATERIALIZED (
+    SELECT pg_current_snapshot() AS s,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS top
+)
+SELECT a.id, a.recording_id, a.session_kind, a.session_id, a.attempts, a.next_attempt_at,
+       c.recording_status, c.session_ended_at, c.phase, c.poison_reason,
+       now() AS as_of,
        extract(epoch FROM now() - c.session_ended_at)::float8 AS ended_s,
        EXISTS (SELECT 1 FROM messenger.integration_outbox o
                WHERE o.topic = %(topic)s AND o.dedupe_key = a.recording_id::text)
-           AS has_event
+           AS has_event,
+       h.held[1] AS held, h.held[2] AS recording_held
 FROM messenger.recording_finalize_attempts a
 -- the claim's own decision (safetynet.finalize_classify), at the database's now()
 CROSS JOIN LATERAL safetynet.finalize_classify(a.recording_id, now(), %(sla)s, %(recheck)s) c
+CROSS JOIN snap
+CROSS JOIN LATERAL (
+    SELECT array_agg(x.v <> 0 AND NOT pg_visible_in_snapshot(
+               (CASE WHEN x.wide > snap.top THEN x.wide - 4294967296 ELSE x.wide END)
+                   ::text::xid8, snap.s) ORDER BY x.n) AS held
+    FROM (SELECT u.v, u.n, (snap.top >> 32 << 32) | u.v AS wide
+          FROM unnest(ARRAY[a.xmax::text::bigint,
+                            COALESCE((SELECT r.xmax::text::bigint
+                                      FROM messenger.call_recordings r
+                                      WHERE r.id = a.recording_id), 0)])
+               WITH ORDINALITY u(v, n)) x
+) h
 WHERE a.status = 'Pending' AND a.next_attempt_at <= now()
 ORDER BY a.next_attempt_at, a.id
 LIMIT %(limit)s;

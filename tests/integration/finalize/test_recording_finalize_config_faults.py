@@ -31,6 +31,7 @@ from tests.messenger import (
     insert_attempt,
     insert_call_session,
     insert_recording,
+    skip_backoff,
 )
 
 OTHER_BUCKET = "call-recordings-elsewhere"
@@ -95,6 +96,14 @@ def attempts_spent(conn: psycopg.Connection, ids: list[str]) -> int:
     return int(row["n"])
 
 
+def due_in(conn: psycopg.Connection, ids: list[str]) -> list[float]:
+    """Seconds until each row is due again, on the database clock."""
+    rows = fetch(conn, "SELECT extract(epoch FROM next_attempt_at - now())::float8 AS s"
+                       " FROM messenger.recording_finalize_attempts"
+                       " WHERE recording_id = ANY(%s::uuid[])", ids)
+    return [float(r["s"]) for r in rows]
+
+
 @pytest.mark.parametrize("wrong", ["key_prefix", "bucket"])
 async def test_wrong_prefix_or_bucket_fails_nothing_and_fixing_it_heals_everything(
         db_dsn: str, conn: psycopg.Connection, s3_server: S3Server, bucket: str,
@@ -128,25 +137,28 @@ async def test_fresh_install_with_wrong_prefix_or_bucket_withholds_every_verdict
     """A fresh install (no Available recording anywhere, so no positive canary) pointed at
     the wrong prefix, or at a bucket that exists but is the wrong one, while the binaries
     sit under the right prefix: nothing shows that its 404s mean "not uploaded" (nothing
-    listed there, nothing found), so over 5 cycles no row is Failed and no attempt spent;
-    every verdict is withheld, counted, and readiness names the reason. With the
-    configuration fixed, every row becomes Available and readiness recovers."""
+    listed there, nothing found), so no row is Failed and no attempt spent; every verdict
+    is withheld, counted, and readiness names the reason. A withheld row is not HEADed
+    again before its hold-off (backoff_base at least): the next 4 cycles do nothing. With
+    the configuration fixed, every row becomes Available once due and readiness recovers."""
     ids = await due_recordings_with_binaries(conn, s3_server, bucket, 500)
     misconfigured = (config(db_dsn, s3_server, bucket, key_prefix="call-recordngs/")
                      if wrong == "key_prefix" else config(db_dsn, s3_server, other_bucket))
     before = REGISTRY.get_sample_value(
         "safetynet_recording_finalize_verdicts_withheld_total") or 0.0
 
-    for _ in range(5):
-        counts = await run_cycle(misconfigured)
-        assert counts_of(counts) == {"withheld": 500}
+    assert counts_of(await run_cycle(misconfigured)) == {"withheld": 500}
+    for _ in range(4):
+        assert counts_of(await run_cycle(misconfigured)) == {}
     assert statuses(conn, ids) == {"Uploading": 334, "Recording": 166}
     assert attempts_spent(conn, ids) == 0
     assert {attempt(conn, rid)["status"] for rid in ids} == {"Pending"}
+    assert min(due_in(conn, ids)) >= misconfigured.jobs.recording_finalize.backoff_base - 5
     assert REGISTRY.get_sample_value(
-        "safetynet_recording_finalize_verdicts_withheld_total") == before + 2500
+        "safetynet_recording_finalize_verdicts_withheld_total") == before + 500
     assert HEALTH.reason() == "configuration fault in s3_evidence: no_evidence_for_key_prefix"
 
+    skip_backoff(db_dsn)  # the hold-off has passed
     healed = await run_cycle(config(db_dsn, s3_server, bucket))
     assert counts_of(healed) == {"reconciled": 500}
     assert statuses(conn, ids) == {"Available": 500}
@@ -217,10 +229,12 @@ async def test_every_object_octet_stream_is_a_configuration_fault_not_50_quarant
     assert statuses(conn, ids) == {"Uploading": 50}
     assert {attempt(conn, rid)["status"] for rid in ids} == {"Pending"}
     assert attempts_spent(conn, ids) == 0
+    assert min(due_in(conn, ids)) >= 55  # held off like a withheld verdict
     assert HEALTH.reason() == ("configuration fault in s3_content_type:"
                                " content_type_unusable:application/octet-stream")
 
     await put_recordings(s3_server, bucket, ids)
+    skip_backoff(db_dsn)  # the hold-off has passed
     healed = await run_cycle(config(db_dsn, s3_server, bucket))
     assert counts_of(healed) == {"reconciled": 50}
     assert HEALTH.reason() is None

@@ -20,12 +20,12 @@ from supervision.app.console.security import (
     trusted,
 )
 from supervision.app.settings import config_from_dict
-from supervision.passwords import BadHash, hash_password, verify_password
+from supervision.passwords import MIN_N, BadHash, hash_password, verify_password
 
 
 def test_password_hash_round_trips_and_never_contains_the_password() -> None:
     """A hash verifies its password only, and two hashes of one password differ (salt)."""
-    first, second = hash_password("pa55 word"), hash_password("pa55 word")
+    first, second = hash_password("pa55 word", n=MIN_N), hash_password("pa55 word", n=MIN_N)
     assert first != second and "pa55" not in first
     assert verify_password("pa55 word", first) and not verify_password("pa55 Word", first)
 
@@ -58,11 +58,13 @@ def test_config_refuses_a_clear_text_password_hash_naming_the_key() -> None:
     ({}, False), ({"sec-fetch-site": "same-origin"}, False), ({"sec-fetch-site": "none"}, False),
     ({"sec-fetch-site": "same-site"}, True), ({"sec-fetch-site": "cross-site"}, True),
     ({"origin": "http://c.test"}, False), ({"origin": "http://evil.test"}, True),
-    ({"origin": "null"}, True),
+    ({"origin": "null"}, True), ({"origin": "https://console.example.com"}, False),
 ])
 def test_cross_site_rule(headers: dict[str, str], refused: bool) -> None:
-    """Only same-origin (or user-initiated) requests from the console's own origin pass."""
-    assert (cross_site(headers, "c.test", "http") is not None) == refused
+    """Only same-origin (or user-initiated) requests from the console's own origin or its
+    public origin pass."""
+    origins = {"http://c.test", "https://console.example.com"}
+    assert (cross_site(headers, origins) is not None) == refused
 
 
 def test_trusted_proxies_match_addresses_and_networks() -> None:
@@ -79,30 +81,34 @@ class FakeClock:
         return self.now
 
 
-def test_failed_logins_are_logged_and_limited_per_client_until_the_window_passes() -> None:
+async def test_failed_logins_are_logged_and_limited_per_user_until_the_window_passes(
+        ) -> None:
     """Each failed login is logged with the client and user (never the password); after
-    MAX_FAILURES a client is refused (429) even with the right password, another client is
-    not, and the limit lifts once the window has passed."""
+    MAX_FAILURES the user is refused (429) even with the right password and from another
+    address, another user is not, and the limit lifts once the window has passed."""
     cfg = config_from_dict({"postgres": {"dsn": "postgresql://a@127.0.0.1/c"}, "console": {
-        "user": "ana", "password_hash": hash_password("right")}}).console
+        "user": "ana", "password_hash": hash_password("right", n=MIN_N)}}).console
     clock = FakeClock()
     gate = Gate(cfg, clock=clock)
 
-    def auth(password: str) -> dict[str, str]:
-        return {"authorization": "Basic " + base64.b64encode(
-            f"ana:{password}".encode()).decode()}
+    def auth(password: str, user: str = "ana") -> list[tuple[str, str]]:
+        return [("authorization", "Basic " + base64.b64encode(
+            f"{user}:{password}".encode()).decode())]
 
     with capture_logs() as logs:
         for _ in range(MAX_FAILURES):
-            assert isinstance(gate.authenticate("10.0.0.1", auth("guess-7731")), Refusal)
+            assert isinstance(await gate.authenticate("10.0.0.1", auth("guess-7731")),
+                              Refusal)
     assert [(e["event"], e["client"], e["user"]) for e in logs] == [
         ("console_login_failed", "10.0.0.1", "ana")] * MAX_FAILURES
     assert not any("guess-7731" in str(v) for e in logs for v in e.values())
-    limited = gate.authenticate("10.0.0.1", auth("right"))
-    assert isinstance(limited, Refusal) and limited.status == 429
-    assert gate.authenticate("10.0.0.2", auth("right")) == Login("ana")
+    for client in ("10.0.0.1", "10.0.0.2"):
+        limited = await gate.authenticate(client, auth("right"))
+        assert isinstance(limited, Refusal) and limited.status == 429
+    other = await gate.authenticate("10.0.0.1", auth("x", "bob"))
+    assert isinstance(other, Refusal) and other.status == 401  # checked, not limited
     clock.now += FAILURE_WINDOW_S + 1
-    assert gate.authenticate("10.0.0.1", auth("right")) == Login("ana")
+    assert await gate.authenticate("10.0.0.1", auth("right")) == Login("ana")
 
 
 def test_daemon_metrics_are_read_into_breaker_faults_and_cycles() -> None:

@@ -7,19 +7,20 @@ from typing import Any
 import pytest
 
 from actors.finalize.evidence import Evidence
+from actors.finalize.messages import NotAttempted, Withheld
 from actors.finalize.settings import RecordingFinalizeConfig
 from actors.reaper.settings import ConferenceReaperConfig
 from actors.s3.objectstore import Fault, Found, Missing, Poison, Transient
 from supervision.app.plan_items import (
-    GateView,
     age,
     compared,
     conference_item,
-    deferred_item,
+    decided_item,
     finalize_item,
-    judged_item,
     outbox_item,
+    paused_item,
     reconcile_item,
+    skipped_item,
     storage_down_item,
 )
 
@@ -113,44 +114,53 @@ def test_reconcile_poison_and_fault_heads() -> None:
 OCTET = Poison("content_type_unknown:application/octet-stream")
 
 
-def test_plan_predicts_withheld_not_failed_without_evidence() -> None:
-    """No evidence at the start and no object found among the HEADs (a wrong prefix on a
-    fresh install): a 404 is predicted withheld, naming the reason and the prefix."""
-    gate = GateView.of(None, [Missing(), Missing()])
-    item = judged_item(finalize_row(), Missing(), gate, RF, "call-recordngs/")
+def test_plan_predicts_withheld_with_its_hold_off() -> None:
+    """A 404 the gate withheld (no evidence): the reason, the prefix, and when the row's
+    next HEAD comes — not an attempt."""
+    item = decided_item(finalize_row(), Withheld("no_evidence_for_key_prefix"), None, RF,
+                        "call-recordngs/", 240.0)
     assert item.decision == "withheld (given back untouched)"
     assert "no_evidence_for_key_prefix" in item.why and "'call-recordngs/'" in item.why
+    assert item.why.endswith("next HEAD in 4m (not an attempt)")
 
 
-@pytest.mark.parametrize(("start", "heads", "evidence"), [
-    (Evidence.RECORDINGS_LISTED, [Missing()], "recordings_listed"),
-    (None, [Missing(), Found("f", 1, "Ogg", 1)], "object_found"),
-])
-def test_plan_predicts_failed_with_evidence_and_names_it(
-        start: Evidence | None, heads: list[Any], evidence: str) -> None:
-    """Evidence from the start, or an object found among the planned HEADs: Failed."""
-    item = judged_item(finalize_row(), Missing(), GateView.of(start, heads), RF, "p/")
+@pytest.mark.parametrize("evidence", list(Evidence))
+def test_plan_predicts_failed_with_evidence_and_names_it(evidence: Evidence) -> None:
+    """A 404 the gate let through: Failed, naming the evidence."""
+    item = decided_item(finalize_row(), Missing(), evidence, RF, "p/", 60.0)
     assert (item.decision, item.why.rsplit("; ", 1)[1]) == (
         "Failed/Timeout", f"no binary (evidence: {evidence})")
 
 
 def test_plan_predicts_the_content_type_fault_and_one_odd_object_as_poison() -> None:
-    """Three octet-stream objects and no usable one: a configuration fault; next to a
-    usable object the odd one is quarantined."""
-    fault = judged_item(finalize_row(), OCTET, GateView.of(None, [OCTET] * 3), RF, "p/")
+    """A Content-Type fault is given back and held off; an odd object is quarantined."""
+    fault = decided_item(finalize_row(), Fault("content_type_unusable:application/"
+                                               "octet-stream"), None, RF, "p/", 900.0)
     assert fault.decision == "nothing (configuration fault)"
-    assert fault.why.startswith("content_type_unusable:application/octet-stream: 3 objects")
-    odd = judged_item(finalize_row(), OCTET,
-                      GateView.of(None, [OCTET] * 3 + [Found("f", 1, "Ogg", 1)]), RF, "p/")
+    assert fault.why.startswith("content_type_unusable:application/octet-stream: at least 3")
+    assert fault.why.endswith("next HEAD in 15m (not an attempt)")
+    odd = decided_item(finalize_row(), OCTET, None, RF, "p/", 60.0)
     assert odd.decision == "quarantine"
 
 
-def test_plan_predicts_rows_after_the_breaker_opened_as_deferred() -> None:
-    """A row the breaker would not HEAD is given back untouched, with the reason."""
-    item = deferred_item(finalize_row(), 5)
+def test_plan_predicts_rows_deferred_by_the_breaker() -> None:
+    """A row the breaker kept from its HEAD (or whose batch it opened in) is deferred."""
+    item = decided_item(finalize_row(), NotAttempted("s3_breaker_open"), None, RF, "p/", 60)
     assert (item.decision, item.why) == (
-        "deferred (given back untouched)", "breaker open: 5 consecutive transient HEADs"
-        " before it")
+        "deferred (given back untouched)",
+        "breaker open (s3_breaker_open) in this claim batch or before it")
+
+
+def test_rows_held_elsewhere_are_skipped_and_a_paused_job_does_nothing() -> None:
+    """A locked finalize row or recording is skipped; a paused job names who paused it."""
+    assert skipped_item(finalize_row(held=True)).why == (
+        "finalize row held by another transaction right now")
+    assert skipped_item(finalize_row(held=False)).why == (
+        "recording held by another transaction right now")
+    pause = {"paused_by": "ops@h", "paused_at": "2026-01-01", "reason": "INC-9"}
+    item = paused_item(finalize_row(), pause)
+    assert (item.decision, item.why) == (
+        "nothing (job paused)", "job paused by ops@h since 2026-01-01: INC-9")
 
 
 def conference_row(phase: str, **over: Any) -> dict[str, Any]:

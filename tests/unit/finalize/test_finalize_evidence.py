@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import attrs
 import pytest
 
 from actors.finalize.evidence import (
@@ -225,3 +226,89 @@ def test_a_listing_that_is_no_listing_says_why(status: int, body: bytes,
     """Refused, missing bucket, unavailable, or a body that is not a listing: never
     evidence, never an exception."""
     assert classify_listing(PREFIX, status, {}, body) == expected
+
+
+def in_batch(n: int, batch: int) -> ClaimedRow:
+    return attrs.evolve(row(n), batch=batch)
+
+
+def test_a_batch_is_judged_when_its_last_head_is_in_and_holds_nothing_after() -> None:
+    """Claim batches of 2: batch 0's 404s are withheld the moment its second HEAD
+    answers, before a later batch's found object; that object gives its own batch the
+    evidence. Nothing stays held once a batch is closed."""
+    gate = VerdictGate()
+    assert gate.open_batch(0, 2) == [] and gate.open_batch(1, 2) == []
+    assert gate.judge(in_batch(0, 0), Missing()) == []
+    assert gate.held == 1
+    withheld = Withheld("no_evidence_for_key_prefix")
+    assert gate.judge(in_batch(1, 0), Missing()) == [
+        RowOutcome(in_batch(0, 0), withheld), RowOutcome(in_batch(1, 0), withheld)]
+    assert (gate.held, gate.withheld) == (0, 2)
+    assert gate.judge(in_batch(2, 1), Missing()) == []
+    assert gate.judge(in_batch(3, 1), FOUND) == [
+        RowOutcome(in_batch(3, 1), FOUND), RowOutcome(in_batch(2, 1), Missing())]
+    assert gate.held == 0 and gate.close(breaker_open=False) == []
+
+
+def test_a_later_batch_found_first_does_not_judge_an_earlier_one() -> None:
+    """Concurrent HEADs answer out of order: an object found in batch 1 before batch 0's
+    last HEAD is in still gives batch 0 no evidence — what the run decides does not depend
+    on that order, and batch 1 waits for batch 0 to close first."""
+    gate = VerdictGate()
+    gate.open_batch(0, 2)
+    gate.open_batch(1, 1)
+    assert gate.judge(in_batch(0, 0), Missing()) == []
+    assert gate.judge(in_batch(2, 1), FOUND) == [RowOutcome(in_batch(2, 1), FOUND)]
+    assert gate.judge(in_batch(1, 0), Missing()) == [
+        RowOutcome(in_batch(0, 0), Withheld("no_evidence_for_key_prefix")),
+        RowOutcome(in_batch(1, 0), Withheld("no_evidence_for_key_prefix"))]
+
+
+def test_batches_close_in_claim_order() -> None:
+    """Batch 1 complete before batch 0: its held rows wait until batch 0 closes (so that
+    whether batch 0 found an object is known), then both close, batch 0 first."""
+    gate = VerdictGate()
+    gate.open_batch(0, 1)
+    gate.open_batch(1, 1)
+    assert gate.judge(in_batch(1, 1), Missing()) == []
+    assert gate.judge(in_batch(0, 0), FOUND) == [
+        RowOutcome(in_batch(0, 0), FOUND), RowOutcome(in_batch(1, 1), Missing())]
+
+
+def test_an_empty_claim_batch_closes_at_once() -> None:
+    """A claim with nothing to HEAD (terminal rows only) does not hold later batches."""
+    gate = VerdictGate()
+    gate.open_batch(0, 0)
+    gate.open_batch(1, 1)
+    assert gate.judge(in_batch(0, 1), Missing()) == [
+        RowOutcome(in_batch(0, 1), Withheld("no_evidence_for_key_prefix"))]
+
+
+def test_the_breaker_defers_the_batch_it_opened_in_not_the_closed_ones() -> None:
+    """Batch 0 closed (withheld); the breaker opens in batch 1: batch 1's held 404 and its
+    rows never HEADed are deferred, not withheld."""
+    gate = VerdictGate()
+    gate.open_batch(0, 1)
+    gate.open_batch(1, 3)
+    assert gate.judge(in_batch(0, 0), Missing())[0].decision == Withheld(
+        "no_evidence_for_key_prefix")
+    gate.judge(in_batch(1, 1), Missing())
+    deferred = NotAttempted("s3_breaker_open")
+    gate.judge(in_batch(2, 1), Transient("http_503"), breaker_open=True)
+    out = gate.judge(in_batch(3, 1), deferred, breaker_open=True)
+    assert [(o.row.recording_id, o.decision) for o in out] == [
+        ("r3", deferred), ("r1", deferred)]
+    assert gate.withheld == 1
+
+
+def test_unusable_types_are_counted_across_closed_batches() -> None:
+    """Two octet-stream objects in batch 0 (too few, no usable one) are poison each; the
+    third, in batch 1, makes the cycle's count a configuration fault from then on."""
+    gate = VerdictGate()
+    gate.open_batch(0, 2)
+    gate.open_batch(1, 1)
+    assert gate.judge(in_batch(0, 0), OCTET) == []
+    assert gate.judge(in_batch(1, 0), OCTET) == [
+        RowOutcome(in_batch(0, 0), OCTET), RowOutcome(in_batch(1, 0), OCTET)]
+    fault = Fault("content_type_unusable:application/octet-stream")
+    assert gate.judge(in_batch(2, 1), OCTET) == [RowOutcome(in_batch(2, 1), fault)]

@@ -15,7 +15,7 @@ def test_the_suite_covers_at_least_thirty_distinct_inputs_in_every_area() -> Non
     """Case ids and inputs are unique, and every area of issue #13 has some."""
     assert len({c.id for c in CASES}) == len({c.input for c in CASES}) == len(CASES) >= 30
     assert {c.area for c in CASES} == {"config", "s3", "messenger", "outbox", "kafka",
-                                       "media"}
+                                       "media", "console"}
 
 
 def test_test_runs_write_figures_under_build_not_docs() -> None:

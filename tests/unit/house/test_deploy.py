@@ -23,6 +23,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from supervision.passwords import hash_password
+
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "deploy" / "kubernetes"
 UNIT = ROOT / "deploy" / "systemd" / "safetynet.service"
@@ -87,15 +89,27 @@ PROMETHEUS_RULE = _resource("PrometheusRule", {
 CRD_SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
 
 
-def manifests() -> dict[str, dict[str, Any]]:
-    """Every resource of deploy/kubernetes/*.yaml by kind (one of each)."""
-    found: dict[str, dict[str, Any]] = {}
+def resources() -> dict[tuple[str, str], dict[str, Any]]:
+    """Every resource of deploy/kubernetes/*.yaml by (kind, name)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(K8S.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
-                assert doc["kind"] not in found, f"two {doc['kind']}s"
-                found[doc["kind"]] = doc
+                key = (doc["kind"], doc["metadata"]["name"])
+                assert key not in found, f"two {key}"
+                found[key] = doc
     return found
+
+
+# the daemon's own resources, one of each kind; the console's and the network policies
+# are found by name (resources())
+DAEMON_NAMES = {"safetynet", "safetynet-config", "safetynet-migrate"}
+
+
+def manifests() -> dict[str, dict[str, Any]]:
+    """The daemon's resources by kind (one of each)."""
+    return {kind: doc for (kind, name), doc in resources().items()
+            if name in DAEMON_NAMES and kind != "NetworkPolicy"}
 
 
 @pytest.fixture
@@ -121,13 +135,13 @@ def test_manifests_validate_strictly_against_the_pinned_kubernetes_offline(
     """Every built-in resource passes kubernetes-validate's strict schema of the pinned
     release, from the schemas the package ships (no network)."""
     validated = set()
-    for kind, doc in manifests().items():
+    for (kind, _), doc in resources().items():
         if kind in CRD_KINDS:
             continue
         assert kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True) == "1.32"
         validated.add(kind)
-    assert validated == {"ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service",
-                         "ServiceAccount"}
+    assert validated == {"ConfigMap", "Deployment", "Job", "NetworkPolicy",
+                         "PodDisruptionBudget", "Service", "ServiceAccount"}
 
 
 def test_kubernetes_validate_rejects_a_misspelt_field(offline: None) -> None:
@@ -230,7 +244,8 @@ def test_service_monitor_and_disruption_budget_select_the_daemon_pods() -> None:
 
 def test_migration_job_migrates_with_the_daemons_image_and_config() -> None:
     """The Job runs `migrate` once (no restarts in the pod) with the Deployment's image,
-    configuration and hardening, as the schema owner's DSN."""
+    configuration and hardening, as the schema owner's DSN: a file of a Secret of its
+    own, which the daemon's pods do not mount."""
     job, daemon = pod("Job"), pod("Deployment")
     (migrate,), (run,) = job["containers"], daemon["containers"]
     assert migrate["args"][:1] == ["migrate"] and run["args"][:1] == ["run"]
@@ -239,8 +254,36 @@ def test_migration_job_migrates_with_the_daemons_image_and_config() -> None:
     assert job["restartPolicy"] == "Never"
     assert job["volumes"][0] == daemon["volumes"][0]  # the same ConfigMap
     assert migrate["securityContext"] == run["securityContext"]
-    dsn = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in migrate["env"]}
-    assert dsn == {"SAFETYNET__POSTGRES__DSN": "migrate-dsn"}
+    (env,) = migrate["env"]
+    assert env["name"] == "SAFETYNET__POSTGRES__DSN_FILE"
+    assert secret_of(job, migrate, env["value"]) == ("safetynet-migrate", "dsn")
+    daemon_secrets = {v["secret"]["secretName"] for v in daemon["volumes"] if "secret" in v}
+    assert "safetynet-migrate" not in daemon_secrets
+
+
+def secret_of(spec: dict[str, Any], container: dict[str, Any], path: str
+              ) -> tuple[str, str]:
+    """(Secret, key) of the file *path* in *container* of the pod *spec*."""
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    folder, _, file = path.rpartition("/")
+    volume = next(v for v in spec["volumes"] if v["name"] == mounts[folder])
+    item = next(i for i in volume["secret"]["items"] if i["path"] == file)
+    return volume["secret"]["secretName"], item["key"]
+
+
+def stand_in_files(tmp_path: Path, container: dict[str, Any]) -> dict[str, str]:
+    """The container's ``*_FILE`` variables pointed at stand-in files written here."""
+    env = {}
+    for var in container["env"]:
+        name, value = var["name"], var["value"]
+        assert name.startswith("SAFETYNET__") and name.endswith("_FILE"), name
+        text = ("postgresql://safetynet:stand-in@db.internal/messenger?sslmode=verify-full"
+                if name.endswith("__DSN_FILE") else hash_password("stand-in")
+                if name.endswith("__PASSWORD_HASH_FILE") else "stand-in")
+        local = tmp_path / value.rpartition("/")[2]
+        local.write_text(text + "\n")
+        env[name] = str(local)
+    return env
 
 
 def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -252,21 +295,25 @@ def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
 
 def test_configmap_passes_check_config_with_the_secrets_the_deployment_passes(
         tmp_path: Path) -> None:
-    """`safetynet check-config` accepts the ConfigMap's TOML with every environment
-    override the Deployment sets from its Secret (stand-in values), and refuses it
-    without them (the Kafka SASL password is required)."""
+    """`safetynet check-config` accepts the ConfigMap's TOML with every secret file the
+    Deployment names (stand-in values), and refuses it without them (the DSN, the Kafka
+    SASL password are required); each file is a key of the Secret `safetynet`."""
     config = tmp_path / "config.toml"
     config.write_text(manifests()["ConfigMap"]["data"]["config.toml"])
-    env = {e["name"]: "postgresql://safetynet:stand-in@db.internal/messenger?sslmode=verify-full"
-           if e["name"].endswith("__DSN") else "stand-in"
-           for e in pod("Deployment")["containers"][0]["env"]}
-    assert all(name.startswith("SAFETYNET__") for name in env)
+    spec = pod("Deployment")
+    (container,) = spec["containers"]
+    env = stand_in_files(tmp_path, container)
+    assert {secret_of(spec, container, v["value"])[0] for v in container["env"]} == {
+        "safetynet"}
     proc = check_config(config, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stand-in" not in proc.stdout  # printed redacted
     refused = check_config(config, {})
     assert refused.returncode == 78
-    assert "kafka.sasl_password" in refused.stderr + refused.stdout
+    assert "postgres.dsn: required" in refused.stderr + refused.stdout
+    no_sasl = check_config(config, {k: v for k, v in env.items() if "SASL" not in k})
+    assert no_sasl.returncode == 78
+    assert "kafka.sasl_password" in no_sasl.stderr + no_sasl.stdout
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -357,6 +404,8 @@ def test_systemd_unit_is_type_notify_with_a_watchdog() -> None:
     assert "-HUP" in unit["ExecReload"][0]
     assert " run -c " in unit["ExecStart"][0]
     assert unit["NoNewPrivileges"] == ["yes"] and unit["CapabilityBoundingSet"] == [""]
+    assert unit["SystemCallFilter"] == ["@system-service"]
+    assert unit["ProtectProc"] == ["invisible"] and unit["ProcSubset"] == ["pid"]
 
 
 def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
@@ -371,3 +420,4 @@ def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     proc = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stdout + proc.stderr
+

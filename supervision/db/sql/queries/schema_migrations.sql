@@ -41,9 +41,37 @@ SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtext('safetynet.migrate'));
 SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('safetynet.migrate'));
 
 -- name: schema_migrations_serial_sequence --
--- The sequence behind a messenger table's serial id (NULL for an identity column), which
--- --grant-to grants USAGE on.
-SELECT pg_catalog.pg_get_serial_sequence(%(table)s, 'id');
+-- The sequence behind a messenger table's serial id, which --grant-to grants USAGE on
+-- (an INSERT's nextval() needs it); NULL for an identity column, which needs no grant.
+SELECT pg_catalog.pg_get_serial_sequence(%(table)s, 'id')
+FROM pg_catalog.pg_attribute
+WHERE attrelid = pg_catalog.to_regclass(%(table)s) AND attname = 'id' AND attidentity = '';
+
+-- name: schema_migrations_pin_session_search_path --
+-- The DBA's psql session, as migrate's own: names resolve in pg_catalog only (index
+-- predicates and function bodies bind as the migrations were written).
+SET search_path = pg_catalog, pg_temp;
+
+-- name: schema_migrations_reset_statement_timeout --
+-- Back to the session's own statement_timeout after a messenger-side statement.
+RESET statement_timeout;
+
+-- name: schema_migrations_grantees_exist --
+SELECT pg_catalog.to_regclass('safetynet.grantees');
+
+-- name: schema_migrations_grantees_list --
+-- The roles migrate grants to on every run (--grant-to, --grant-read-to), with the
+-- digest of the grants last applied to each.
+SELECT g.role_name, g.access, g.digest
+FROM safetynet.grantees g
+WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = g.role_name)
+ORDER BY g.role_name;
+
+-- name: schema_migrations_grantees_record --
+INSERT INTO safetynet.grantees (role_name, access, digest)
+VALUES (%(role)s, %(access)s, %(digest)s)
+ON CONFLICT (role_name) DO UPDATE
+SET access = EXCLUDED.access, digest = EXCLUDED.digest, granted_at = pg_catalog.now();
 
 -- name: schema_migrations_role_exists --
 SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(role)s;

@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from supervision.app.settings import Config
 from supervision.dev.ports import free_ports
-from supervision.passwords import hash_password
+from supervision.passwords import MIN_N, hash_password
 from tests.conftest import make_config
 from tests.messenger import insert_call_session, insert_recording
 
@@ -21,7 +21,7 @@ SCRIPT = "<script>document.title='pwned'</script>"
 
 @functools.cache
 def password_hash() -> str:
-    return hash_password(PASSWORD)
+    return hash_password(PASSWORD, n=MIN_N)  # fast: tests log in often
 
 
 def console_config(dsn: str, **console: Any) -> Config:

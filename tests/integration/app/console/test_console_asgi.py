@@ -30,14 +30,14 @@ from tests.messenger import attempt, insert_conference, new_id
 
 PAGES = ("/", "/recordings", "/recordings?status=Pending&window=due",
          "/recordings?status=Pending&window=later", "/conferences", "/outbox", "/audit",
-         "/audit?run=1", "/history")
+         "/history")
 
 
 async def client_for(cfg: Config) -> AsyncIterator[httpx.AsyncClient]:
     async with open_database(conninfo(cfg.postgres, "console-test"), size=2) as db:
         app = build_app(cfg, db, Gate(cfg.console))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://console.test",
+                                     base_url=f"http://{cfg.console.listen}",
                                      headers=basic()) as client:
             yield client
 
@@ -66,11 +66,10 @@ async def form_token(client: httpx.AsyncClient, page: str = "/") -> str:
     return token(response.text)
 
 
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin", "Origin": "http://console.test"}
-
-
 async def post(client: httpx.AsyncClient, path: str, data: dict[str, Any]) -> httpx.Response:
-    return await client.post(path, data=data, headers=SAME_ORIGIN)
+    """A form POST as the browser sends it from the console's own page."""
+    return await client.post(path, data=data, headers={
+        "Sec-Fetch-Site": "same-origin", "Origin": str(client.base_url).rstrip("/")})
 
 
 async def test_every_page_renders_and_is_linked_from_the_overview(
@@ -330,15 +329,27 @@ async def test_basic_auth_refuses_wrong_passwords_and_rate_limits_failures(
     assert limited.status_code == 429 and "retry-after" in limited.headers
 
 
-async def test_proxy_header_is_believed_only_from_trusted_proxies(db_dsn: str) -> None:
-    """auth = proxy_header: the header from a trusted address logs in as its user; from
-    any other address it is refused."""
-    for trusted, expect in ((["127.0.0.1"], 200), (["10.1.0.0/16"], 403)):
-        cfg = console_config(db_dsn, auth="proxy_header", trusted_proxies=trusted)
+PROXY_SECRET = "proxy-secret-4711-abcdef"
+
+
+async def test_proxy_header_is_believed_only_from_trusted_proxies_with_the_secret(
+        db_dsn: str) -> None:
+    """auth = proxy_header: the header from a trusted address with the shared secret logs
+    in as its user; from any other address, or without the secret (any local process),
+    it is refused."""
+    for trusted, secret, expect in ((["127.0.0.1"], PROXY_SECRET, 200),
+                                    (["10.1.0.0/16"], PROXY_SECRET, 403),
+                                    (["127.0.0.1"], None, 403)):
+        cfg = console_config(db_dsn, auth="proxy_header", trusted_proxies=trusted,
+                             proxy_secret=PROXY_SECRET)
+        headers = {"X-Forwarded-User": "ana@corp"}
+        if secret:
+            headers["X-Safetynet-Proxy-Secret"] = secret
         async with open_database(conninfo(cfg.postgres, "console-test"), size=1) as db:
             transport = httpx.ASGITransport(app=build_app(cfg, db), client=("127.0.0.1", 5))
-            async with httpx.AsyncClient(transport=transport, base_url="http://c.test") as c:
-                response = await c.get("/", headers={"X-Forwarded-User": "ana@corp"})
+            async with httpx.AsyncClient(transport=transport,
+                                         base_url=f"http://{cfg.console.listen}") as c:
+                response = await c.get("/", headers=headers)
         assert response.status_code == expect
         if expect == 200:
             assert "ana@corp" in response.text

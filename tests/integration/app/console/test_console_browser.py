@@ -230,8 +230,9 @@ class _EvilPage(http.server.BaseHTTPRequestHandler):
 
 def test_read_only_refusal_and_cross_site_post_in_the_browser(
         db_dsn: str, tmp_path: Path, browser: Any) -> None:
-    """A read-only console shows no action and refuses a forged one (403); a page on
-    another origin that auto-submits a pause form to the console is refused as
+    """A read-only console shows no action and refuses a forged one (403), and still
+    judges the audit on its button (a POST, as Chromium sends it); a page on another
+    origin that auto-submits a pause form to the console is refused as
     cross-site, and nothing is paused or recorded."""
     from selenium.webdriver.common.by import By
 
@@ -251,6 +252,9 @@ def test_read_only_refusal_and_cross_site_post_in_the_browser(
             {"token": token, "ids": row_id, "confirm": "yes", "reason": "x"})
         see(browser, "this console is read-only")
         shot(browser, "read-only")
+        login(browser, url, "/audit")  # judging the invariants writes nothing: a POST
+        find(browser, "run-audit").click()
+        see(browser, "violation(s), judged")
     with console_process(tmp_path, db_dsn, allow_actions=True) as url:
         login(browser, url)  # the browser now holds the credentials and a session
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EvilPage)

@@ -22,7 +22,7 @@ import pytest
 
 from supervision.app.queries import ALL_QUERIES
 from tests.integration.app.console.support import console_config
-from tests.integration.app.console.test_console_asgi import client_for
+from tests.integration.app.console.test_console_asgi import client_for, form_token, post
 
 ROWS = 50_000  # per batch: past every 10,000 cap (a quarter quarantined, half the outbox live)
 SEED = """
@@ -66,7 +66,7 @@ FROM generate_series(1, %(rows)s) AS n
 """
 PAGES = ("/", "/recordings?status=Quarantined", "/recordings?status=Pending&window=due",
          "/recordings?status=Pending&window=later", "/recordings?q=no-such-file-id",
-         "/conferences", "/outbox", "/audit?run=1", "/history")
+         "/conferences", "/outbox", "/outbox/keys", "/audit", "/history")
 # the auditor's check of open finalize rows (attempts past the limit) has no index to read
 # them through: `audit` reads every Pending and Quarantined row (docs/benchmarks.md)
 UNBOUNDED = {"audit_finalize_attempts_open"}
@@ -130,10 +130,13 @@ async def test_every_console_page_reads_the_same_buffers_at_twice_the_backlog(
         for page in PAGES:
             response = await client.get(page)
             assert response.status_code == 200, (page, response.text)
+        audit = await post(client, "/audit/run", {"token": await form_token(client, "/audit")})
+        assert audit.status_code == 303, audit.text
     statements = list({(t, repr(p)): (t, p) for t, p in recorded}.values())
     names = {NAMES[t] for t, _ in statements}
     assert {"console_finalize_page", "finalize_attempts_quarantined_list", "slo_recordings",
-            "console_outbox_stats", "finalize_attempts_stats"} <= names, names
+            "console_outbox_stats", "finalize_attempts_stats", "outbox_frozen_keys"
+            } <= names, names
     before = read_per_statement(db_dsn, statements)
     grow(db_dsn, "b")
     after = read_per_statement(db_dsn, statements)

@@ -1,0 +1,236 @@
+"""The relay's logical source (``[outbox_relay] source = "logical"``, issue 37): a cycle
+reads the outbox's inserts from a logical replication slot and writes nothing to the
+messenger's outbox per event.
+
+>>> await run_logical_pipeline(job, counts, deadline)
+
+    slot reader ──Claim──▶ publisher ──Answered──▶ slot advancer   pg_replication_slot_advance
+      ▲ room                  │ waves ≤ 1 row/key       ▲ settled
+      └── InHand ◀────────────┤                         │
+                              └──DeadLetter──▶ dead letters
+
+The publisher, the window and the dead letters are the table source's; only the two ends
+differ:
+
+* the **slot reader** peeks the slot (``pg_logical_slot_peek_binary_changes`` through
+  ``pgoutput``: nothing is consumed) and hands on, in commit order, the rows of every
+  transaction it has not read in this cycle; events already settled in an earlier cycle
+  are left out, and the events of a key a dead letter blocks are passed (never published
+  out of order: they stay in the table, where the dead letter's key finds them). It reads
+  while the rows in hand leave room and fewer than :data:`MAX_OPEN_FACTOR` batches of
+  events are read and not settled; when that many wait for one held key, it stops
+  reading after :data:`OPEN_WAIT` and the cycle ends (the next one reads again from the
+  slot's position);
+* the **slot advancer** settles what Kafka acknowledged and moves the slot's confirmed
+  position to the end of the last transaction whose every event, and every earlier
+  one's, is settled (:class:`~actors.outbox.slot.SlotProgress`), in a transaction behind
+  the lease's fence. A transient failure is only logged: its event stays unsettled, the
+  slot stays before it, and a later cycle sends it again after its back-off.
+
+When a peek finds no outbox change at all, the slot moves up to the WAL position read
+before it, so an idle outbox does not hold back the WAL of the messenger's other tables.
+
+What cancellation does: as the table source's — a wave in flight is abandoned; its events
+are above the slot's position and are sent again (at least once, same ``event-id``). An
+advance in flight completes (``must_complete``); the slot never moves past an event Kafka
+has not acknowledged.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from actors.outbox.dead_letters import run_dead_letters
+from actors.outbox.logical_setup import LogicalSource
+from actors.outbox.messages import Answered, Claim, DeadLetter
+from actors.outbox.metrics import OUTBOX_PUBLISHED
+from actors.outbox.publisher import run_publisher
+from actors.outbox.rows import Key, Malformed, Row
+from actors.outbox.settings import OutboxRelayConfig
+from actors.outbox.slot import SlotProgress, Txn, transactions
+from actors.outbox.slot_io import advance_slot, blocking_keys, peek_slot, slot_confirmed
+from actors.outbox.state import RelayCounts
+from actors.outbox.window import InHand, Window
+from supervision.db.database import Database
+from supervision.tree.shielding import must_complete
+
+if TYPE_CHECKING:
+    from actors.outbox.relay import RelayJob
+
+__all__ = ["run_logical_pipeline", "source_of"]
+
+log = structlog.get_logger("outbox_relay")
+
+ANSWERS_QUEUE = 16
+DEAD_LETTERS_QUEUE = 64
+MAX_OPEN_FACTOR = 8  # events read and not settled, in batches, before the reader waits
+OPEN_WAIT = 1.0  # how long the reader waits for them to settle before the cycle ends
+
+
+def source_of(cfg: OutboxRelayConfig) -> LogicalSource:
+    return LogicalSource(cfg.slot, cfg.publication)
+
+
+class _Cycle:
+    """What the cycle's reader and advancer share: the slot, its lock, the progress."""
+
+    def __init__(self, db: Database, source: LogicalSource, progress: SlotProgress) -> None:
+        self.db, self.source, self.progress = db, source, progress
+        self.slot_lock = trio.Lock()
+        self.moved = trio.Event()  # set whenever events settle or the slot moves
+
+    def settled(self, ids: list[int]) -> None:
+        self.progress.settle(ids)
+        self.moved.set()
+        self.moved = trio.Event()
+
+    async def advance(self) -> None:
+        """Move the slot as far as the settled events allow (behind the fence)."""
+        target = self.progress.passable()
+        if target is None:
+            return
+        async with must_complete(), self.slot_lock:
+            confirmed = await self.db.atomic(advance_slot, self.source, target)
+        self.progress.advanced(confirmed)
+        self.settled([])
+
+
+async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float) -> None:
+    """Slot reader → publisher → slot advancer and dead letters, until the publisher is
+    done; then the slot moves as far as every settled event allows."""
+    cfg = job.cfg
+    cycle = _Cycle(job.db, source_of(cfg), job.state.slot)
+    cycle.progress.begin_cycle(await job.db.run(slot_confirmed, cycle.source))
+    in_hand = InHand(max_rows=2 * cfg.batch_size, max_bytes=cfg.claim_max_bytes)
+    claims_send, claims_recv = trio.open_memory_channel[Claim](0)
+    answers_send, answers_recv = trio.open_memory_channel[Answered](ANSWERS_QUEUE)
+    letters_send, letters_recv = trio.open_memory_channel[DeadLetter](DEAD_LETTERS_QUEUE)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_slot_advancer, cycle, counts, answers_recv)
+        nursery.start_soon(partial(run_dead_letters, job.db, counts, letters_recv,
+                                   written=lambda outbox_id: cycle.settled([outbox_id])))
+        async with trio.open_nursery() as feed:
+            feed.start_soon(partial(run_slot_reader, cycle, cfg.batch_size, job.max_row_bytes,
+                                    deadline, in_hand, claims_send))
+            await run_publisher(job.producer, job.state, Window(in_hand), deadline,
+                                claims_recv, answers_send, letters_send,
+                                min_wave=cfg.batch_size // 4)
+            feed.cancel_scope.cancel()  # the reader stops with the publisher
+    await cycle.advance()
+
+
+async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
+                          deadline: float, in_hand: InHand,
+                          claims: trio.MemorySendChannel[Claim]) -> None:
+    """Read the slot until a peek has nothing new (an empty claim is sent on, then the
+    channel closes), the *deadline*, too many events wait unsettled, or the publisher is
+    gone."""
+    upto_n = batch_size
+    async with claims:
+        while trio.current_time() < deadline:
+            await in_hand.room()
+            if not await _open_room(cycle, MAX_OPEN_FACTOR * batch_size):
+                return  # one held key keeps the slot: the next cycle reads again
+            at = trio.current_time()
+            async with cycle.slot_lock:
+                peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
+            cycle.progress.advanced(peeked.confirmed)
+            read_upto = cycle.progress.read_upto
+            txns = [t for t in transactions(peeked.records, max_row_bytes, read_upto)
+                    if t.end_lsn > read_upto]
+            behind = len(peeked.records) >= upto_n
+            upto_n = len(peeked.records) + batch_size
+            if not txns:
+                if not peeked.records:
+                    cycle.progress.caught_up(peeked.wal_position)
+                if not behind:
+                    await _send(claims, Claim([], 0, at=at))
+                    return
+                continue
+            rows = await _unsettled_rows(cycle, txns)
+            if not rows:
+                continue
+            in_hand.add([row for row in rows if isinstance(row, Row)])
+            if not await _send(claims, Claim(rows, len(rows), at=at, behind=behind)):
+                return
+
+
+async def _open_room(cycle: _Cycle, limit: int) -> bool:
+    """Wait (up to :data:`OPEN_WAIT` without progress) until fewer than *limit* events
+    read in this cycle are unsettled; False if they stay."""
+    while cycle.progress.open_events >= limit:
+        with trio.move_on_after(OPEN_WAIT) as waited:
+            await cycle.moved.wait()
+        if waited.cancelled_caught:
+            return False
+    return True
+
+
+async def _send(claims: trio.MemorySendChannel[Claim], claim: Claim) -> bool:
+    try:
+        await claims.send(claim)
+    except trio.BrokenResourceError:  # the publisher stopped (Kafka down, deadline)
+        return False
+    return True
+
+
+async def _unsettled_rows(cycle: _Cycle, txns: list[Txn]) -> list[Row | Malformed]:
+    """The rows of *txns* to send: registered with the progress; those settled in an
+    earlier cycle left out; those of a key blocked by a dead letter passed (settled)."""
+    rows: list[Row | Malformed] = []
+    for txn in txns:
+        done = cycle.progress.add(txn.end_lsn, [row.id for row in txn.rows])
+        rows.extend(row for row in txn.rows if row.id not in done)
+    keys: list[Key] = sorted({(row.topic, row.message_key) for row in rows})
+    blocked = await cycle.db.run(blocking_keys, keys)
+    if not blocked:
+        return rows
+    passed = [row.id for row in rows
+              if blocked.get((row.topic, row.message_key), math.inf) < row.id]
+    if passed:
+        log.warning("outbox_blocked_events_passed", events=len(passed),
+                    keys=len(blocked))
+        cycle.settled(passed)
+    gone = set(passed)
+    return [row for row in rows if row.id not in gone]
+
+
+async def run_slot_advancer(cycle: _Cycle, counts: RelayCounts,
+                            inbox: trio.MemoryReceiveChannel[Answered]) -> None:
+    """Settle every acknowledged event handed over and move the slot behind them, until
+    *inbox* is closed and drained."""
+    async with inbox:
+        try:
+            async for answered in inbox:
+                _record(cycle, counts, [answered, *_queued(inbox)])
+                await cycle.advance()
+        except trio.Cancelled:  # a soft stop: what the broker has is settled all the same
+            _record(cycle, counts, _queued(inbox))
+            await cycle.advance()
+            raise
+
+
+def _queued(inbox: trio.MemoryReceiveChannel[Answered]) -> list[Answered]:
+    queued: list[Answered] = []
+    while True:
+        try:
+            queued.append(inbox.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return queued
+
+
+def _record(cycle: _Cycle, counts: RelayCounts, answers: list[Answered]) -> None:
+    acked = [outbox_id for answered in answers for outbox_id in answered.acked]
+    failed = [failure for answered in answers for failure in answered.failed]
+    cycle.settled(acked)
+    counts.published += len(acked)
+    counts.failed += len(failed)
+    OUTBOX_PUBLISHED.inc(len(acked))
+    for failure in failed:
+        log.warning("outbox_publish_failed", outbox_id=failure.id, topic=failure.topic,
+                    error=failure.error)

@@ -1,0 +1,228 @@
+"""The logical source's pure part: outbox rows out of pgoutput messages, and how far the
+slot may advance.
+
+>>> txns = transactions(peeked, max_row_bytes)        # [(lsn, data), ...] → [Txn, ...]
+>>> skip = progress.add(txn.end_lsn, [row.id for row in txn.rows])
+>>> progress.settle([42]); progress.passable()         # the slot may move up to here
+
+:func:`transactions` decodes one peek (:mod:`actors.outbox.pgoutput`): a transaction per
+Begin…Commit, in commit order, with its commit time and the end LSN of its commit record,
+and its inserts into ``messenger.integration_outbox`` as the claim would have built them
+(:func:`actors.outbox.rows.parse_claimed`: the same checks, the same message; a row over
+the producer's max request size is :class:`~actors.outbox.rows.Malformed`).
+
+:class:`SlotProgress` is the at-least-once rule: the slot's confirmed position only ever
+moves to the end of a transaction whose every event, and every earlier transaction's,
+was acknowledged by Kafka, dead-lettered or passed as part of a blocked key. Events
+settled above the confirmed position (a later key went on while an earlier one waits for
+its back-off) are remembered across cycles, so a cycle that reads them again does not send
+them again; after a restart they are sent again (duplicates bounded by what was settled
+above the slot's position).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+import attrs
+
+from actors.outbox.pgoutput import (
+    Begin,
+    Commit,
+    Insert,
+    PgOutputError,
+    Relation,
+    Unchanged,
+    decode,
+    format_lsn,
+)
+from actors.outbox.rows import Malformed, Row, json_type, parse_claimed
+
+OUTBOX_RELATION = ("messenger", "integration_outbox")
+COLUMNS = ("id", "topic", "message_key", "dedupe_key", "event_type", "payload", "headers")
+
+
+@attrs.define
+class Txn:
+    """One committed transaction of the outbox: its rows in insert order."""
+
+    end_lsn: int
+    commit_time: datetime
+    rows: list[Row | Malformed]
+
+
+def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
+                 after: int = 0) -> list[Txn]:
+    """The complete transactions of one peek that end past *after* (a trailing one
+    without its Commit is left out: the next peek returns it whole); the inserts of the
+    others are not decoded. Raises :class:`~actors.outbox.pgoutput.PgOutputError` for a
+    message that does not decode, or an insert of a relation not described before it."""
+    relations: dict[int, list[int] | None] = {}  # relid → column positions (None: not ours)
+    done: list[Txn] = []
+    current: Txn | None = None
+    skipping = False  # in a transaction read already (its commit is before *after*)
+    for lsn, data in records:
+        if skipping and data[:1] == b"I":
+            continue
+        message = decode(data)
+        if isinstance(message, Begin):
+            skipping = message.final_lsn < after
+            current = None if skipping else Txn(0, message.commit_time, [])
+        elif isinstance(message, Commit):
+            if current is not None:
+                current.end_lsn = message.end_lsn
+                done.append(current)
+            current = None
+        elif isinstance(message, Relation):
+            relations[message.relation_id] = _positions(message)
+        elif isinstance(message, Insert):
+            if message.relation_id not in relations:
+                raise PgOutputError(f"pgoutput Insert at {format_lsn(lsn)}: relation "
+                                    f"{message.relation_id} not described before it")
+            positions = relations[message.relation_id]
+            if positions is not None and current is not None:
+                current.rows.append(outbox_row(message, positions, max_row_bytes))
+    return done
+
+
+def _positions(relation: Relation) -> list[int] | None:
+    """Where the relay's columns are in the outbox's tuples (None: another table)."""
+    if (relation.namespace, relation.name) != OUTBOX_RELATION:
+        return None
+    names = [column.name for column in relation.columns]
+    missing = [name for name in COLUMNS if name not in names]
+    if missing:
+        raise PgOutputError(f"pgoutput Relation {relation.namespace}.{relation.name}: no "
+                            f"column {', '.join(missing)}")
+    return [names.index(name) for name in COLUMNS]
+
+
+def _text(value: bytes | Unchanged | None) -> str | None:
+    if isinstance(value, Unchanged):
+        raise PgOutputError("pgoutput Insert: an outbox column came as unchanged TOAST")
+    return None if value is None else value.decode()
+
+
+def outbox_row(insert: Insert, positions: Sequence[int], max_row_bytes: int
+               ) -> Row | Malformed:
+    """An inserted outbox row as the claim builds it (``outbox_claim_batch``'s record)."""
+    if len(insert.values) <= max(positions):
+        raise PgOutputError(f"pgoutput Insert of {len(insert.values)} columns: fewer than "
+                            "its relation's")
+    raw = [insert.values[at] for at in positions]
+    texts: list[str | None]
+    if all(type(v) is bytes for v in raw):  # the common case: every column a text value
+        present = cast(list[bytes], raw)
+        size = sum(len(v) for v in present[1:])
+        texts = [v.decode() for v in present]
+    else:
+        size = sum(len(v) for v in raw[1:] if isinstance(v, bytes))
+        texts = [_text(v) for v in raw]
+    outbox_id, topic, key, dedupe, event_type, payload, headers = texts
+    if outbox_id is None or topic is None or key is None:
+        raise PgOutputError("pgoutput Insert: an outbox row without its id, topic or key")
+    oversized = size > max_row_bytes
+    record: tuple[Any, ...] = (
+        int(outbox_id), topic, key, dedupe, event_type, None if oversized else payload,
+        _payload_type(payload), None if oversized else headers, size, oversized, 0)
+    return parse_claimed(record, max_row_bytes)
+
+
+def _payload_type(payload: str | None) -> str:
+    """``jsonb_typeof`` of jsonb's text output: an object's starts with ``{``."""
+    if payload is None:
+        return "null"
+    if payload.startswith("{"):
+        return "object"
+    try:
+        return json_type(json.loads(payload))
+    except ValueError:
+        return "invalid"
+
+
+@attrs.define
+class _Open:
+    end_lsn: int
+    pending: set[int]
+
+
+@attrs.define
+class SlotProgress:
+    """What the logical source has read above the slot's confirmed position, and what of
+    it is settled (acknowledged, dead-lettered, passed behind a blocked key).
+
+    Lives in the relay's state: *settled* survives cycles (the ids settled above the
+    confirmed position, by their transaction's end LSN); the rest is per cycle
+    (:meth:`begin_cycle`)."""
+
+    confirmed: int = 0
+    read_upto: int = 0  # end LSN of the last transaction read in this cycle
+    max_id: int = 0  # the highest outbox id read (the idle probe's mark)
+    idle_upto: int = 0  # a WAL position up to which no outbox change is left to read
+    settled: dict[int, set[int]] = attrs.field(factory=dict)
+    _open: deque[_Open] = attrs.field(factory=deque)
+    _where: dict[int, _Open] = attrs.field(factory=dict)
+
+    def begin_cycle(self, confirmed: int) -> None:
+        """A cycle reads again from the slot's confirmed position."""
+        self.confirmed, self.read_upto, self.idle_upto = confirmed, 0, 0
+        self._open.clear()
+        self._where.clear()
+        self._forget_below(confirmed)
+
+    @property
+    def open_events(self) -> int:
+        """Events read in this cycle and not settled."""
+        return sum(len(txn.pending) for txn in self._open)
+
+    def add(self, end_lsn: int, ids: Sequence[int]) -> set[int]:
+        """A transaction read (its events in order); the ids of it already settled in an
+        earlier cycle (not to be sent again)."""
+        self.read_upto = max(self.read_upto, end_lsn)
+        if ids:
+            self.max_id = max(self.max_id, max(ids))
+        done = self.settled.get(end_lsn, set())
+        txn = _Open(end_lsn, {outbox_id for outbox_id in ids if outbox_id not in done})
+        self._open.append(txn)
+        for outbox_id in txn.pending:
+            self._where[outbox_id] = txn
+        return done & set(ids)
+
+    def settle(self, ids: Iterable[int]) -> None:
+        for outbox_id in ids:
+            txn = self._where.pop(outbox_id, None)
+            if txn is not None:
+                txn.pending.discard(outbox_id)
+                self.settled.setdefault(txn.end_lsn, set()).add(outbox_id)
+
+    def caught_up(self, wal_position: int) -> None:
+        """A peek found nothing of the outbox up to *wal_position*."""
+        self.idle_upto = max(self.idle_upto, wal_position)
+
+    def passable(self) -> int | None:
+        """The furthest position the slot may move to now (None: not past the confirmed
+        one): the end of the last transaction of the settled prefix, or the idle mark
+        when every transaction read is settled."""
+        lsn = self.confirmed
+        for txn in self._open:
+            if txn.pending:
+                break
+            lsn = txn.end_lsn
+        else:
+            lsn = max(lsn, self.idle_upto)
+        return lsn if lsn > self.confirmed else None
+
+    def advanced(self, confirmed: int) -> None:
+        """The slot's confirmed position is now *confirmed*."""
+        self.confirmed = max(self.confirmed, confirmed)
+        while self._open and self._open[0].end_lsn <= self.confirmed:
+            self._open.popleft()
+        self._forget_below(self.confirmed)
+
+    def _forget_below(self, lsn: int) -> None:
+        for end_lsn in [end for end in self.settled if end <= lsn]:
+            del self.settled[end_lsn]

@@ -1,0 +1,101 @@
+-- The outbox relay's logical source (issue 37): a publication of the inserts into
+-- messenger.integration_outbox and a logical replication slot with the pgoutput plugin.
+-- LSNs travel as numbers (bytes since 0/0): psycopg has no pg_lsn type.
+
+-- name: outbox_wal_level --
+SELECT current_setting('wal_level') AS wal_level;
+
+-- name: outbox_publication_create --
+-- {publication} is an identifier, composed by psycopg.sql (never a string of ours).
+-- Needs ownership of the table (or superuser).
+CREATE PUBLICATION {publication} FOR TABLE messenger.integration_outbox
+    WITH (publish = 'insert');
+
+-- name: outbox_publication_drop --
+DROP PUBLICATION IF EXISTS {publication};
+
+-- name: outbox_publication_describe --
+-- The publication's operations and tables (schema.table), or no row.
+SELECT p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate,
+       ARRAY(SELECT t.schemaname || '.' || t.tablename FROM pg_publication_tables t
+             WHERE t.pubname = p.pubname ORDER BY 1) AS tables
+FROM pg_publication p
+WHERE p.pubname = %(publication)s;
+
+-- name: outbox_slot_create --
+-- Needs the REPLICATION attribute (or a managed cloud's equivalent role). Waits for the
+-- transactions running at that moment to end (the slot's consistent point); never inside
+-- a transaction that has written.
+SELECT lsn - '0/0'::pg_lsn AS lsn
+FROM pg_create_logical_replication_slot(%(slot)s, 'pgoutput');
+
+-- name: outbox_slot_drop --
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+WHERE slot_name = %(slot)s;
+
+-- name: outbox_slot_describe --
+-- The slot's plugin and database, its confirmed position, the WAL it holds back from the
+-- current position (bytes), and whether PostgreSQL still keeps that WAL (wal_status), or
+-- no row.
+SELECT s.plugin, s.database, s.slot_type, s.wal_status, s.active,
+       s.confirmed_flush_lsn - '0/0'::pg_lsn AS confirmed_lsn,
+       pg_current_wal_lsn() - s.restart_lsn AS retained_bytes
+FROM pg_replication_slots s
+WHERE s.slot_name = %(slot)s;
+
+-- name: outbox_slot_peek --
+-- The next changes past the slot's confirmed position, not consumed: whole transactions
+-- of pgoutput messages (protocol 1, inserts of the publication's table only), up to
+-- about %(upto_n)s messages (a transaction is never cut), with each message's LSN (a
+-- Commit's: the end of its commit record).
+SELECT (c.lsn - '0/0'::pg_lsn)::bigint AS lsn, c.data
+FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(upto_n)s,
+                                         'proto_version', '1',
+                                         'publication_names', %(publication)s) c;
+
+-- name: outbox_slot_wal_position --
+-- The WAL position before a peek (PostgreSQL < 17): a peek decodes the WAL flushed to
+-- disk, so a transaction committed with synchronous_commit = off shows up once the WAL
+-- writer has flushed it (within 3 x wal_writer_delay).
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn;
+
+-- name: outbox_slot_wal_flush --
+-- The WAL position before a peek (PostgreSQL >= 17), flushed: an empty non-transactional
+-- logical message (pgoutput does not send it: the relay does not ask for messages) with
+-- flush => true, so transactions committed with synchronous_commit = off are decoded at
+-- once too. One tiny WAL record per peek.
+SELECT pg_logical_emit_message(false, 'safetynet_outbox', ''::text, true) - '0/0'::pg_lsn
+    AS lsn;
+
+-- name: outbox_slot_advance --
+-- Moves the slot's confirmed position to %(lsn)s (never back: the server refuses a
+-- position below the confirmed one, so the greater of the two), after every event up to
+-- there was acknowledged by Kafka or dead-lettered. Run behind the lease's fence, in the
+-- same transaction: a fenced leader's acknowledgements never advance the slot. Returns
+-- the slot's new confirmed position.
+SELECT a.end_lsn - '0/0'::pg_lsn AS confirmed_lsn
+FROM pg_replication_slots s,
+     LATERAL pg_replication_slot_advance(
+         s.slot_name, GREATEST('0/0'::pg_lsn + %(lsn)s::numeric, s.confirmed_flush_lsn)) a
+WHERE s.slot_name = %(slot)s;
+
+-- name: outbox_dead_letters_blocking_keys --
+-- The logical source's claim filter: which of these (topic, key) pairs a dead letter
+-- blocks, and from which outbox id on (its later events are held, never published out of
+-- order). Through ix_dead_letters_blocking.
+SELECT d.topic, d.message_key, min(d.outbox_id) AS outbox_id
+FROM safetynet.outbox_dead_letters d
+JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS k(topic, message_key)
+  ON d.topic = left(k.topic, 249) AND d.message_key = left(k.message_key, 400)
+WHERE d.blocks_key
+GROUP BY d.topic, d.message_key;
+
+-- name: outbox_slot_idle --
+-- The logical source's idle probe (no lease, no slot acquired): no outbox row above the
+-- highest id the relay has read, and the slot holds back less than %(max_retained)s bytes
+-- of WAL. A row committed later with a lower id is found by the NOTIFY wake-up, or by the
+-- cycle the WAL threshold triggers. Through the outbox's primary key.
+SELECT NOT EXISTS (SELECT 1 FROM messenger.integration_outbox o WHERE o.id > %(after_id)s)
+   AND COALESCE((SELECT pg_current_wal_lsn() - s.confirmed_flush_lsn < %(max_retained)s
+                 FROM pg_replication_slots s WHERE s.slot_name = %(slot)s), false)
+       AS idle;

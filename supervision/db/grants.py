@@ -1,0 +1,129 @@
+"""What ``migrate --grant-to`` (the runtime role) and ``--grant-read-to`` (a read-only role)
+grant, from one source: :data:`supervision.db.schema_contract.COLUMN_PRIVILEGES`, the
+columns check-schema checks. The roles are recorded in ``safetynet.grantees`` and granted
+again by every ``migrate`` (docs/operations.md, "Grants that survive upgrades").
+
+On a messenger table a role gets exactly the contract's columns: a table-level REVOKE
+first (it takes the columns' privileges with it, and an earlier release's whole-table
+grants), then SELECT on every contract column and UPDATE / INSERT on the written /
+inserted ones; DELETE on the outbox (retention; no column form). USAGE on a messenger
+sequence only for a serial id an INSERT draws from (an identity needs none). In the
+safetynet schema: DML on its tables (the ledger read-only, the operator trail append-only,
+the grantee list not at all; of the trail's columns only those the verbs write),
+EXECUTE on its functions. The read-only role gets SELECT
+only, everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+
+from supervision.db import schema_contract as contract
+from supervision.db.queries import QUERIES
+from supervision.errors import MigrationError
+
+Access = Literal["runtime", "read"]
+# what the verbs write into the operator trail (supervision/app/sql/operator_actions.sql)
+TRAIL_COLUMNS = ("actor", "origin", "client", "verb", "ids", "reason", "result")
+
+
+def recorded(conn: psycopg.Connection[Any]) -> list[tuple[str, Access, str | None]]:
+    """The recorded grantees that still exist: (role, access, digest of the last grants)."""
+    exists = conn.execute(QUERIES["schema_migrations_grantees_exist"]).fetchone()
+    if exists is None or exists[0] is None:
+        return []
+    rows = conn.execute(QUERIES["schema_migrations_grantees_list"]).fetchall()
+    return [(str(r[0]), "read" if r[1] == "read" else "runtime",
+             None if r[2] is None else str(r[2])) for r in rows]
+
+
+def require_role(conn: psycopg.Connection[Any], role: str) -> None:
+    if conn.execute(QUERIES["schema_migrations_role_exists"], {"role": role}).fetchone() is None:
+        raise MigrationError(f"role {role!r} does not exist; create it first "
+                             "(docs/operations.md)")
+
+
+def _columns(names: tuple[str, ...]) -> sql.Composable:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+def _messenger(who: sql.Identifier, access: Access) -> list[sql.Composable]:
+    out: list[sql.Composable] = []
+    for table, privileges in contract.COLUMN_PRIVILEGES.items():
+        target = sql.SQL("messenger.{}").format(sql.Identifier(table))
+        out.append(sql.SQL("REVOKE ALL ON {} FROM {}").format(target, who))
+        for privilege, columns in privileges.items():
+            if access == "read" and privilege != "SELECT":
+                continue
+            out.append(sql.SQL("GRANT {} ({}) ON {} TO {}").format(
+                sql.SQL(privilege), _columns(columns), target, who))
+        if access == "runtime":
+            for privilege in contract.TABLE_ONLY_PRIVILEGES.get(table, ()):
+                out.append(sql.SQL("GRANT {} ON {} TO {}").format(
+                    sql.SQL(privilege), target, who))
+    return out
+
+
+def _sequences(conn: psycopg.Connection[Any], who: sql.Identifier) -> list[sql.Composable]:
+    out: list[sql.Composable] = []
+    for table in contract.SEQUENCE_TABLES:
+        row = conn.execute(QUERIES["schema_migrations_serial_sequence"],
+                           {"table": f"messenger.{table}"}).fetchone()
+        if row and row[0]:  # a serial's sequence (an identity column needs no grant)
+            out.append(sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(
+                sql.SQL(row[0]), who))
+    return out
+
+
+def _safetynet(who: sql.Identifier, access: Access) -> list[sql.Composable]:
+    if access == "read":
+        return [sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA safetynet FROM {}").format(who),
+                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA safetynet TO {}").format(who),
+                sql.SQL("REVOKE ALL ON safetynet.grantees FROM {}").format(who),
+                sql.SQL("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA safetynet TO {}")
+                .format(who)]
+    return [
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA safetynet "
+                "TO {}").format(who),
+        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON safetynet.schema_migrations FROM {}")
+        .format(who),
+        # the operator trail is append-only (its trigger refuses it too): read, and add
+        # only the columns the verbs write (id, at and db_user are the database's)
+        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON safetynet.operator_actions FROM {}")
+        .format(who),
+        sql.SQL("GRANT INSERT ({}) ON safetynet.operator_actions TO {}").format(
+            _columns(TRAIL_COLUMNS), who),
+        sql.SQL("REVOKE ALL ON safetynet.grantees FROM {}").format(who),
+        sql.SQL("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA safetynet TO {}").format(who),
+    ]
+
+
+def grant_statements(conn: psycopg.Connection[Any], role: str,
+                     access: Access) -> list[sql.Composable]:
+    """The grants of *role*, without its record in safetynet.grantees."""
+    who = sql.Identifier(role)
+    out: list[sql.Composable] = [
+        sql.SQL("GRANT USAGE ON SCHEMA messenger, safetynet TO {}").format(who)]
+    out += _messenger(who, access)
+    if access == "runtime":
+        out += _sequences(conn, who)
+    return out + _safetynet(who, access)
+
+
+def digest(statements: list[sql.Composable]) -> str:
+    text = "\n".join(s.as_string(None) for s in statements)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def statements(conn: psycopg.Connection[Any], role: str,
+               access: Access) -> list[sql.Composable | tuple[str, dict[str, Any]]]:
+    """*role*'s record in safetynet.grantees (with the digest of its grants), then the
+    grants: a named query with its parameters, then composed statements."""
+    grants = grant_statements(conn, role, access)
+    record = (QUERIES["schema_migrations_grantees_record"],
+              {"role": role, "access": access, "digest": digest(grants)})
+    return [record, *grants]
