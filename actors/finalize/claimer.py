@@ -51,7 +51,7 @@ async def run_finalize_claimer(
         batch = 0
         while not cycle.stop_claiming:
             claim = await cycle.db.atomic(claim_due, cfg, cycle.as_of,
-                                          cycle.s3_down or breaker.open, cfg.batch_size, batch)
+                                          cycle.s3_down or breaker.open, batch)
             counts.skipped_locked += claim.skipped_locked
             counts.rescheduled += claim.rescheduled
             if not claim.rows and not claim.rescheduled:

@@ -191,63 +191,84 @@ async def run_finalize_committer(
 ) -> None:
     """Commit outcomes until *inbox* is closed and drained. Committers sharing
     *gather_turn* gather one at a time (one gathers while the others commit)."""
-    db, counts = cycle.db, cycle.counts
     apply = partial(apply_unit, job_run_id=cycle.job_run_id,
                     max_attempts=cycle.cfg.max_attempts, hold=HoldOff.of(cycle.cfg, cycle.as_of))
     turn = gather_turn or trio.Lock()
     # bound once per cycle: the module's lazy proxy builds a logger on every call (it
     # follows a reload's reconfiguration; this one follows it from the next cycle on)
     clog = log.bind()
-    while True:
-        # Outcomes trickle in at the pace of S3: gather for up to GATHER_S so a
-        # thread hop carries a group, not a row (bounded delay, bounded size). One
-        # committer gathers at a time: two gathering side by side split the stream and
-        # each group carried half the rows (twice the thread hops per row).
-        async with turn:
-            try:
-                group = [await inbox.receive()]
-            except trio.EndOfChannel:
-                return
-            with trio.move_on_after(GATHER_S):
-                while len(group) < GROUP:
-                    try:
-                        group.append(await inbox.receive())
-                    except trio.EndOfChannel:
-                        break
-        units = plan_units(group)
-        results = await db.atomic_each(apply, units)
-        pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []
-        retry: list[RowOutcome] = []
-        for unit, result in zip(units, results, strict=True):
-            if isinstance(unit, OutcomeGroup):
-                if isinstance(result, DataProblem):
-                    retry.extend(unit.outcomes)  # rolled back whole: one by one now
-                else:
-                    assert isinstance(result, list)
-                    pairs.extend(zip(unit.outcomes, result, strict=True))
+    while group := await _gather(inbox, turn):
+        pairs = await _commit_group(cycle, apply, group)
+        await _account_group(cycle, pairs, clog)
+
+
+async def _gather(inbox: trio.MemoryReceiveChannel[RowOutcome],
+                  turn: trio.Lock) -> list[RowOutcome]:
+    """The next group of outcomes ([] once *inbox* is closed and drained). Outcomes trickle
+    in at the pace of S3: gather for up to GATHER_S so a thread hop carries a group, not a
+    row (bounded delay, bounded size). One committer gathers at a time: two gathering side
+    by side split the stream and each group carried half the rows (twice the thread hops
+    per row)."""
+    async with turn:
+        try:
+            group = [await inbox.receive()]
+        except trio.EndOfChannel:
+            return []
+        with trio.move_on_after(GATHER_S):
+            while len(group) < GROUP:
+                try:
+                    group.append(await inbox.receive())
+                except trio.EndOfChannel:
+                    break
+    return group
+
+
+async def _commit_group(cycle: FinalizeCycle, apply: Any, group: list[RowOutcome]
+                        ) -> list[tuple[RowOutcome, Effect | DataProblem]]:
+    """Each outcome of *group* committed, in units (:func:`plan_units`); a unit that rolled
+    back whole on a data problem is committed again row by row."""
+    units = plan_units(group)
+    results = await cycle.db.atomic_each(apply, units)
+    pairs: list[tuple[RowOutcome, Effect | DataProblem]] = []
+    retry: list[RowOutcome] = []
+    for unit, result in zip(units, results, strict=True):
+        if isinstance(unit, OutcomeGroup):
+            if isinstance(result, DataProblem):
+                retry.extend(unit.outcomes)  # rolled back whole: one by one now
             else:
-                assert not isinstance(result, list)
-                pairs.append((unit, result))
-        if retry:
-            singles = await db.atomic_each(apply, retry)
-            pairs.extend((o, r) for o, r in zip(retry, singles, strict=True)
-                         if not isinstance(r, list))
-        malformed = []
-        enqueued = False
-        for outcome, effect in pairs:
-            if isinstance(effect, DataProblem):
-                malformed.append((outcome, f"malformed:{effect.error}"))
-            else:
-                _account(counts, outcome, effect, clog)
-                enqueued |= effect.applied is not None and effect.applied.enqueued
-        if enqueued:
-            cycle.wake_relay()
-        for outcome, reason in malformed:
-            clog.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
-            if await db.atomic(quarantine, outcome.row, reason):
-                _account(counts, outcome, Effect(
-                    EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason),
-                    clog)
+                assert isinstance(result, list)
+                pairs.extend(zip(unit.outcomes, result, strict=True))
+        else:
+            assert not isinstance(result, list)
+            pairs.append((unit, result))
+    if retry:
+        singles = await cycle.db.atomic_each(apply, retry)
+        pairs.extend((o, r) for o, r in zip(retry, singles, strict=True)
+                     if not isinstance(r, list))
+    return pairs
+
+
+async def _account_group(cycle: FinalizeCycle,
+                         pairs: list[tuple[RowOutcome, Effect | DataProblem]],
+                         clog: Any) -> None:
+    """Counts and events of the committed rows; the relay woken when one enqueued an
+    event; each malformed row quarantined with its reason."""
+    malformed = []
+    enqueued = False
+    for outcome, effect in pairs:
+        if isinstance(effect, DataProblem):
+            malformed.append((outcome, f"malformed:{effect.error}"))
+        else:
+            _account(cycle.counts, outcome, effect, clog)
+            enqueued |= effect.applied is not None and effect.applied.enqueued
+    if enqueued:
+        cycle.wake_relay()
+    for outcome, reason in malformed:
+        clog.error("item_failed", recording_id=outcome.row.recording_id, error=reason)
+        if await cycle.db.atomic(quarantine, outcome.row, reason):
+            _account(cycle.counts, outcome, Effect(
+                EffectKind.QUARANTINED, status=AttemptStatus.QUARANTINED, reason=reason),
+                clog)
 
 
 def _account(counts: FinalizeCounts, outcome: RowOutcome, effect: Effect,

@@ -31,11 +31,10 @@ class Claim:
 
 
 def claim_due(conn: psycopg.Connection, cfg: RecordingFinalizeConfig, as_of: dt.datetime,
-              s3_down: bool, size: int | None = None, batch: int = 0) -> Claim:
-    """Claim up to *size* due rows (default ``cfg.batch_size``), as the cycle's claim
-    number *batch*."""
+              s3_down: bool, batch: int = 0) -> Claim:
+    """Claim up to ``cfg.batch_size`` due rows, as the cycle's claim number *batch*."""
     params = {
-        "as_of": as_of, "batch_size": size or cfg.batch_size, "sla": cfg.finalize_sla_timeout,
+        "as_of": as_of, "batch_size": cfg.batch_size, "sla": cfg.finalize_sla_timeout,
         "recheck": cfg.polling_interval, "backoff_base": cfg.backoff_base,
         "backoff_factor": cfg.backoff_factor, "backoff_cap": cfg.backoff_cap,
         "backoff_jitter": cfg.backoff_jitter, "s3_down": s3_down,

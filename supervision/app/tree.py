@@ -129,18 +129,46 @@ def _gated(gate: PendingGate | None, job: str, serve: Starter) -> Starter:
     return serve if gate is None else partial(after_gate, gate, job, serve)
 
 
+@attrs.frozen
+class _Wiring:
+    """What every branch of the tree is built with."""
+
+    res: Resources
+    intensity: Intensity
+    lock_dsn: str
+    deadline: float | None
+    gate: PendingGate | None
+
+
 def build_tree(res: Resources, excluded: frozenset[str] = frozenset(),
                gate: PendingGate | None = None) -> SupervisorSpec:
     """The tree without the *excluded* jobs; with *gate* (the check at start found no
     database) a ``schema-gate`` child checks again and every job waits for it."""
-    sup = res.cfg.supervision
-    intensity = Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
-                          backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window))
-    grace = sup.shutdown_grace
-    pg = res.cfg.postgres
-    lock_dsn, listen_dsn = conninfo(pg, "safetynet-lock"), conninfo(pg, APPLICATION_NAME)
-    deadline = client_deadline(pg)
-    readiness = Readiness(partial(res.db.run, ping))
+    sup, pg = res.cfg.supervision, res.cfg.postgres
+    w = _Wiring(res, Intensity(max_restarts=sup.max_restarts, window=sup.restart_window,
+                               backoff_base=0.5, backoff_cap=min(30.0, sup.restart_window)),
+                conninfo(pg, "safetynet-lock"), client_deadline(pg), gate)
+    # The exporter starts before the scan leader: until that leads, this process is a
+    # standby and exports none of the database-wide gauges (not even their zeros).
+    stand_by()
+    children = [
+        ChildSpec("metrics-exporter", partial(
+            serve_metrics_exporter, res.cfg.http.listen, Readiness(partial(res.db.run, ping))),
+                  Restart.PERMANENT, shutdown=1.0),
+        *([] if gate is None else [ChildSpec(
+            "schema-gate", partial(serve_schema_gate, res.db, gate), Restart.TRANSIENT,
+            shutdown=1.0)]),
+        _scan_leader(w),
+    ]
+    if res.cfg.outbox_relay.enabled and Job.OUTBOX_RELAY not in excluded:
+        children.append(_outbox(w))
+    children.append(_jobs(w, excluded))
+    return SupervisorSpec("safetynet", children, Strategy.ONE_FOR_ONE, w.intensity)
+
+
+def _scan_leader(w: _Wiring) -> ChildSpec:
+    """The database-wide reads on one replica at a time (actors/leases/scan_leader.py)."""
+    res = w.res
     scans = [ChildSpec("gauge-refresher",
                        partial(serve_gauge_refresher, res.db, refreshes(res)),
                        Restart.PERMANENT, shutdown=1.0)]
@@ -149,49 +177,46 @@ def build_tree(res: Resources, excluded: frozenset[str] = frozenset(),
             "auditor", partial(serve_auditor, res.db, audit_thresholds(res.cfg),
                                res.cfg.audit.interval),
             Restart.PERMANENT, shutdown=1.0))
-    scan_tree = SupervisorSpec("scans", scans, Strategy.ONE_FOR_ONE, intensity)
+    scan_tree = SupervisorSpec("scans", scans, Strategy.ONE_FOR_ONE, w.intensity)
     lease = scan_lease()
-    # The exporter starts before the scan leader: until that leads, this process is a
-    # standby and exports none of the database-wide gauges (not even their zeros).
-    stand_by()
-    children = [
-        ChildSpec("metrics-exporter",
-                  partial(serve_metrics_exporter, res.cfg.http.listen, readiness),
-                  Restart.PERMANENT, shutdown=1.0),
-        *([] if gate is None else [ChildSpec(
-            "schema-gate", partial(serve_schema_gate, res.db, gate), Restart.TRANSIENT,
-            shutdown=1.0)]),
-        # database-wide reads on one replica at a time (actors/leases/scan_leader.py)
-        ChildSpec(f"scan-leader:{lease.name}",
-                  partial(serve_scan_leader, lease, lock_dsn,
-                          partial(serve_supervisor, scan_tree), deadline=deadline),
-                  Restart.PERMANENT, shutdown=2.0),
-    ]
-    if res.cfg.outbox_relay.enabled and Job.OUTBOX_RELAY not in excluded:
-        # wakeup = "poll": migrate installed no NOTIFY trigger, so nothing to LISTEN for
-        listener = [ChildSpec("outbox-listener", partial(
-            serve_outbox_listener, listen_dsn, res.wakeup, deadline=deadline,
-            min_interval=res.cfg.outbox_relay.notify_min_interval),
-                              Restart.PERMANENT, shutdown=grace)
-                    ] if res.cfg.outbox_relay.wakeup == "notify" else []
-        outbox = SupervisorSpec("outbox", [
-            *listener,
-            ChildSpec("lock-keeper:outbox-relay",
-                      partial(serve_lock_keeper, relay_locked_job(res), lock_dsn,
-                              deadline=deadline),
-                      Restart.PERMANENT, shutdown=grace),
-        ], Strategy.REST_FOR_ONE, intensity)
-        children.append(ChildSpec("outbox", _gated(gate, Job.OUTBOX_RELAY, partial(
-            serve_supervisor, outbox)), Restart.PERMANENT, shutdown=grace))
+    return ChildSpec(f"scan-leader:{lease.name}",
+                     partial(serve_scan_leader, lease, w.lock_dsn,
+                             partial(serve_supervisor, scan_tree), deadline=w.deadline),
+                     Restart.PERMANENT, shutdown=2.0)
+
+
+def _outbox(w: _Wiring) -> ChildSpec:
+    """The relay under its lock keeper, beside the LISTEN that wakes it (with wakeup =
+    "poll" migrate installed no NOTIFY trigger: nothing to LISTEN for)."""
+    res, grace = w.res, w.res.cfg.supervision.shutdown_grace
+    listen_dsn = conninfo(res.cfg.postgres, APPLICATION_NAME)
+    listener = [ChildSpec("outbox-listener", partial(
+        serve_outbox_listener, listen_dsn, res.wakeup, deadline=w.deadline,
+        min_interval=res.cfg.outbox_relay.notify_min_interval),
+                          Restart.PERMANENT, shutdown=grace)
+                ] if res.cfg.outbox_relay.wakeup == "notify" else []
+    outbox = SupervisorSpec("outbox", [
+        *listener,
+        ChildSpec("lock-keeper:outbox-relay",
+                  partial(serve_lock_keeper, relay_locked_job(res), w.lock_dsn,
+                          deadline=w.deadline),
+                  Restart.PERMANENT, shutdown=grace),
+    ], Strategy.REST_FOR_ONE, w.intensity)
+    return ChildSpec("outbox", _gated(w.gate, Job.OUTBOX_RELAY, partial(
+        serve_supervisor, outbox)), Restart.PERMANENT, shutdown=grace)
+
+
+def _jobs(w: _Wiring, excluded: frozenset[str]) -> ChildSpec:
+    """One lock keeper per job (recording-finalize, conference-reaper)."""
+    grace = w.res.cfg.supervision.shutdown_grace
     jobs = SupervisorSpec(
         "jobs",
         [ChildSpec(f"lock-keeper:{job.name}",
-                   _gated(gate, job.name, partial(serve_lock_keeper, job, lock_dsn,
-                                                  deadline=deadline)),
+                   _gated(w.gate, job.name, partial(serve_lock_keeper, job, w.lock_dsn,
+                                                    deadline=w.deadline)),
                    Restart.PERMANENT, shutdown=grace)
-         for job in locked_jobs(res, excluded=excluded)],
-        Strategy.ONE_FOR_ONE, intensity,
+         for job in locked_jobs(res=w.res, excluded=excluded)],
+        Strategy.ONE_FOR_ONE, w.intensity,
     )
-    children.append(ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,
-                              shutdown=grace))
-    return SupervisorSpec("safetynet", children, Strategy.ONE_FOR_ONE, intensity)
+    return ChildSpec("jobs", partial(serve_supervisor, jobs), Restart.PERMANENT,
+                     shutdown=grace)
