@@ -35,8 +35,9 @@ import trio
 from supervision.db import schema_contract as contract
 from supervision.db.database import Database
 from supervision.db.migrate import SchemaReport, check_schema, versions
+from supervision.db.pgconn import connect
 from supervision.db.queries import QUERIES
-from supervision.errors import ConfigError, ConfigurationFault, InfrastructureError
+from supervision.errors import ConfigError, ConfigurationFault, InfrastructureError, describe
 from supervision.metrics import SCHEMA_AHEAD, SCHEMA_BROKEN, SCHEMA_MISSING_INDEXES
 from supervision.tree.backoff import Backoff
 from supervision.tree.health import HEALTH
@@ -80,19 +81,25 @@ def dropped_settings(settings: dict[str, str]) -> list[str]:
     return [name for name, value in sorted(settings.items()) if value in ("0", "0ms")]
 
 
-async def schema_gate(db: Database) -> Verdict | None:
+async def schema_gate(db: Database, *, defer: bool = True) -> Verdict | None:
     """Check the session and the schema; raise ``ConfigError`` on a transaction-mode
     pooler or pending migrations; record the rest. None when PostgreSQL did not answer
-    (the fault ``schema-gate`` says so until a check passes)."""
+    (the fault ``schema-gate`` says so until a check passes); without *defer*, an
+    ``InfrastructureError`` naming the driver's reason instead."""
     try:
         report, settings = await db.run(_report)
     except (psycopg.Error, InfrastructureError) as exc:
         pooled = pooler_problem(exc)
         if pooled:
             raise ConfigError([pooled]) from exc
-        log.warning("schema_check_deferred", reason=f"{type(exc).__name__}: {exc}")
+        # the pool only says it timed out: a direct connection tells libpq's reason
+        reason = await trio.to_thread.run_sync(_connect_reason, db.conninfo) or describe(exc)
+        if not defer:
+            raise InfrastructureError(f"schema check: PostgreSQL did not answer, no row "
+                                      f"touched: {reason}") from exc
+        log.warning("schema_check_deferred", reason=reason)
         HEALTH.set_fault(GATE_FAULT, "schema not checked yet, jobs wait: PostgreSQL did "
-                         f"not answer ({type(exc).__name__})")
+                         f"not answer ({reason})")
         return None
     dropped = dropped_settings(settings)
     if dropped:
@@ -174,11 +181,20 @@ async def after_gate(gate: PendingGate, job: str, serve: Callable[[], Awaitable[
 
 
 async def check_job(db: Database, job: str) -> None:
-    """``run-once --job J``: exit 78 (a ``ConfigError``) when J's contract is broken."""
-    verdict = await schema_gate(db)
-    if verdict is None:
-        raise InfrastructureError("schema check: PostgreSQL did not answer; no row touched")
+    """``run-once --job J``: exit 78 (a ``ConfigError``) when J's contract is broken; an
+    ``InfrastructureError`` naming libpq's reason when PostgreSQL does not answer."""
+    verdict = await schema_gate(db, defer=False)
+    assert verdict is not None
     if job in verdict.broken:
         raise ConfigError([f"{job}: messenger schema breaks the contract at "
                            + ", ".join(f"{contract.SCHEMA}.{s}" for s in verdict.broken[job])
                            + " (safetynet check-schema prints the fix); no row touched"])
+
+
+def _connect_reason(dsn: str) -> str | None:
+    """Why a connection to *dsn* fails (libpq's first line), or None when it does not."""
+    try:
+        connect(dsn, None).close()
+    except psycopg.Error as exc:
+        return describe(exc)
+    return None

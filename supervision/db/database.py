@@ -133,6 +133,7 @@ class Database:
         )
         self._limiter = trio.CapacityLimiter(size)
         self.fence: Fence | None = None
+        self.conninfo = conninfo  # what a direct connection (a diagnosis) would use
 
     def fenced(self, fence: Fence | None) -> Database:
         """This pool, its writes fenced by *fence* (``None``: not fenced)."""

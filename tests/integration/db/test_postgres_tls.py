@@ -118,7 +118,8 @@ def test_wrong_sslrootcert_is_a_clear_error_never_a_crash_loop(
         kafka_server: KafkaServer, s3_server: S3Server, tmp_path: Path) -> None:
     """sslrootcert names a CA that did not sign the server's certificate: run-once,
     migrate and status exit 1 saying `certificate verify failed`; the daemon stays up,
-    not ready (503), logs the cause on its lock and LISTEN connections, restarts no actor,
+    not ready (503), logs the cause on its lock connection and its deferred schema check
+    (the jobs wait on it), restarts no actor,
     and stops cleanly on SIGTERM."""
     port = free_ports(1)[0]
     dsn = verify_full(tls_pg_server.dsn_for(tls_db), stranger_ca)
@@ -133,7 +134,9 @@ def test_wrong_sslrootcert_is_a_clear_error_never_a_crash_loop(
     with log_path.open("w") as log:
         proc = safetynet("run", "-c", str(config), stdout=log, stderr=subprocess.STDOUT)
         try:
-            for event in ("lock_connection_failed", "outbox_listener_lost"):
+            # the jobs (the outbox's LISTEN among them) wait on the schema check, which
+            # logs the cause as the scan leader's lock connection does
+            for event in ("lock_connection_failed", "schema_check_deferred"):
                 wait_until(lambda event=event: any(
                     event in line and "certificate verify failed" in line
                     for line in log_path.read_text().splitlines()), 30, event)
