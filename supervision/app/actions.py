@@ -12,9 +12,9 @@ console's bulk actions: they act on the exact ids the operator saw, re-checked u
 ``FOR UPDATE`` to be in the state the page showed; an id that moved on since is skipped
 and named in the result, never acted on — and nothing "matching" that arrived after the
 page was rendered is touched (*note*, when given, joins the trail row's result: an
-incident's name, filter and page, :mod:`supervision.app.incidents`). The ids given are parsed as the kind they name (a uuid, an
-outbox id): what is not one is counted (``Done.rejected``, ``rejected`` in the trail's
-result), never acted on nor stored.
+incident's name, filter and page, :mod:`supervision.app.incidents`). The ids given are
+parsed as the kind they name (a uuid, an outbox id): what is not one is counted
+(``Done.rejected``, ``rejected`` in the trail's result), never acted on nor stored.
 """
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from supervision.app.cli.group import EXIT_SLO, actor_options, config_option, job_option, main
+from supervision.app.cli.incident import filter_options, run_by_filter, wanted
 from supervision.app.terminal import printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.errors import describe
@@ -21,13 +23,21 @@ from supervision.jobs import Job
 @click.option("--all-quarantined", is_flag=True, help="Re-enqueue every quarantined row.")
 @click.option("--all-poisoned", is_flag=True,
               help="Release every poison conference (the next reaper cycle retries it).")
+@filter_options("requeue")
 @actor_options
 @config_option
 def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
-            reason: str | None, actor: str | None, config_files: tuple[Path, ...]) -> None:
+            reason: str | None, actor: str | None, config_files: tuple[Path, ...],
+            by_filter: dict[str, Any]) -> None:
     """Runbook re-enqueue of finalize rows (by row id or recording id): Pending,
     attempts 0, due now; a poison conference id (see status) is released: the next reaper
-    cycle claims it. Unknown ids: exit 2 and nothing changes."""
+    cycle claims it. Unknown ids: exit 2 and nothing changes. With --incident, the rows a
+    filter matches instead (--preview first: the count and a sample)."""
+    if wanted(by_filter):
+        if ids or all_quarantined or all_poisoned:
+            raise click.UsageError("give ids, --all-* or --incident with a filter (one)")
+        run_by_filter("requeue", by_filter, reason, actor, config_files)
+        return
     if bool(ids) == (all_quarantined or all_poisoned):
         raise click.UsageError("give finalize/conference ids or --all-quarantined/"
                                "--all-poisoned (not both)")
@@ -37,12 +47,20 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
 @main.command()
 @click.argument("ids", nargs=-1)
 @click.option("--all-poisoned", is_flag=True, help="Release every poison conference.")
+@filter_options("release")
 @actor_options
 @config_option
 def release(ids: tuple[str, ...], all_poisoned: bool, reason: str | None,
-            actor: str | None, config_files: tuple[Path, ...]) -> None:
+            actor: str | None, config_files: tuple[Path, ...],
+            by_filter: dict[str, Any]) -> None:
     """Release poison conferences (by id, see status): the next reaper cycle claims them
-    again. Unknown ids: exit 2 and nothing changes."""
+    again. Unknown ids: exit 2 and nothing changes. With --incident, the poison
+    conferences a filter matches instead (--preview first)."""
+    if wanted(by_filter):
+        if ids or all_poisoned:
+            raise click.UsageError("give ids, --all-poisoned or --incident with a filter")
+        run_by_filter("release", by_filter, reason, actor, config_files)
+        return
     if bool(ids) == all_poisoned:
         raise click.UsageError("give conference ids or --all-poisoned (not both)")
     _requeue(ids, False, all_poisoned, reason, actor, config_files, "release")
@@ -155,15 +173,24 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
 
 
 @main.command()
-@click.argument("ids", nargs=-1, required=True)
+@click.argument("ids", nargs=-1)
+@filter_options("replay")
 @actor_options
 @config_option
 def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
-           config_files: tuple[Path, ...]) -> None:
+           config_files: tuple[Path, ...], by_filter: dict[str, Any]) -> None:
     """Put dead-lettered outbox rows (by outbox id, see dead-letters) back on the relay's
     path: published again in id order, before the later rows of their key (a key it
     blocked is released). --reason is required. Unknown ids: exit 2 and nothing changes
-    (the refusal is recorded)."""
+    (the refusal is recorded). With --incident, the dead letters a filter matches instead
+    (--preview first)."""
+    if wanted(by_filter):
+        if ids:
+            raise click.UsageError("give outbox ids or --incident with a filter (not both)")
+        run_by_filter("replay", by_filter, reason, actor, config_files)
+        return
+    if not ids:
+        raise click.UsageError("give outbox ids (see dead-letters) or --incident NAME")
     import psycopg  # the driver loads with the verbs that reach the database, not for --help
 
     from supervision.app import actions

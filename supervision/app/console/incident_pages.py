@@ -23,7 +23,7 @@ from supervision.app import incidents
 from supervision.app.console import inputs
 from supervision.app.console.inputs import BadInput
 from supervision.app.console.snapshots import Snapshot, Snapshots
-from supervision.app.trail import Actor
+from supervision.app.trail import Actor, Verb
 
 Form = Callable[[Request], Awaitable[tuple[dict[str, Any], list[str]] | Response]]
 Render = Callable[..., HTMLResponse]
@@ -38,10 +38,11 @@ class IncidentPages:
 
     def _filter_form(self, request: Request, fields: dict[str, Any], error: str = "",
                      status: int = 200) -> Response:
-        verb = fields.get("verb") if fields.get("verb") in incidents.VERBS else "requeue"
+        given = str(fields.get("verb", ""))
+        verb = Verb(given) if given in incidents.VERBS else Verb.REQUEUE
         return self.render(request, "incident.html", {
-            "verb": verb, "fields": fields, "error": error,
-            "filters": incidents.FIELDS[incidents.Verb(verb)],
+            "verb": verb.value, "fields": fields, "error": error,
+            "filters": incidents.FIELDS[verb],
             "statuses": incidents.STATUSES, "verbs": incidents.VERBS}, status=status)
 
     async def filter_page(self, request: Request) -> Response:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -60,7 +61,7 @@ class Snapshot:
 
 
 class Snapshots:
-    def __init__(self, clock: Any = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._kept: OrderedDict[str, Snapshot] = OrderedDict()
         self._clock = clock
         self._last_page = -MIN_PAGE_INTERVAL_S

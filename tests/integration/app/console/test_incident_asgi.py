@@ -46,7 +46,7 @@ async def test_requeue_preview_shows_count_and_sample_and_changes_nothing(
         db_dsn: str, writable: httpx.AsyncClient) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         hit = [quarantine(conn, "s3:http_503 <b>slow</b>") for _ in range(3)]
-        miss, miss_rec = quarantine(conn, "ffmpeg: bad header")
+        miss, _ = quarantine(conn, "ffmpeg: bad header")
     page = await preview(writable, verb="requeue", incident="INC-7", status="Quarantined",
                          since="1h", error="http_503")
     assert page.status_code == 200, page.text
@@ -71,7 +71,7 @@ async def test_act_touches_exactly_the_previewed_rows_and_names_the_skipped(
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute("UPDATE messenger.recording_finalize_attempts SET status = 'Done'"
                      " WHERE id = %s", (moved,))
-        later, later_rec = quarantine(conn, "s3:http_503")
+        _, later_rec = quarantine(conn, "s3:http_503")
     data = {"token": await form_token(writable), "snapshot": snap, "page": "1"}
     no_reason = await post(writable, "/incident/act", {**data, "confirm": "yes"})
     assert no_reason.status_code == 400 and "reason: required" in no_reason.text
