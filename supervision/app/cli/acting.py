@@ -11,7 +11,12 @@ from typing import Any
 import click
 
 from supervision.app.cli.group import EXIT_SLO, actor_options, config_option, job_option, main
-from supervision.app.cli.incident import filter_options, run_by_filter, wanted
+from supervision.app.cli.incident import (
+    filter_options,
+    preview_acceptance,
+    run_by_filter,
+    wanted,
+)
 from supervision.app.terminal import printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.errors import describe
@@ -277,10 +282,12 @@ def resume(job: Job, reason: str | None, actor: str | None,
 @click.option("--for", "for_", default="1h", show_default=True,
               help="How long (a duration, at most 24h).")
 @click.option("--revoke", is_flag=True, help="End the acceptance now.")
+@click.option("--preview", is_flag=True, help="Print what would be accepted, until when, "
+              "and the acceptance it would replace; change nothing.")
 @actor_options
 @config_option
-def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | None,
-                   config_files: tuple[Path, ...]) -> None:
+def accept_missing(for_: str, revoke: bool, preview: bool, reason: str | None,
+                   actor: str | None, config_files: tuple[Path, ...]) -> None:
     """Accept Missing verdicts (Failed/Timeout) under s3.bucket/s3.key_prefix without
     evidence, for a while: when the incident is genuine and nothing shows it (runbook
     RecordingFinalizeVerdictsWithheld). Recorded in the operator trail."""
@@ -290,6 +297,11 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
     from supervision.app.trail import Actor
     from supervision.durations import parse_duration
 
+    if preview:
+        if revoke:
+            raise click.UsageError("--preview does not go with --revoke")
+        preview_acceptance(for_, config_files)
+        return
     if not revoke and not reason:
         raise click.UsageError("--reason is required (the incident, for the record)")
     cfg = load_or_exit(config_files)

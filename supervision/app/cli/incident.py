@@ -134,3 +134,41 @@ def _act(conn: Any, who: Any, seen: Any, incident: str, reason: str) -> None:
             f"#{done.trail_id})" + (f"; skipped, no longer as previewed: "
                                     f"{' '.join(done.skipped)}" if done.skipped else "")))
     click.echo(f"{changed} of {seen.count} row(s) changed")
+
+
+def preview_acceptance(for_: str, config_files: tuple[Path, ...]) -> None:
+    """``accept-missing --preview``: the location and the time it would cover, and the
+    acceptance in force now (which it would replace); nothing written. An acceptance is
+    not row-scoped: the rows it lets through are the withheld ones under the location
+    (``safetynet plan --job recording-finalize`` lists them)."""
+    import datetime as dt
+
+    import psycopg
+
+    from actors.finalize.queries import FINALIZE_QUERIES
+    from supervision.app.acceptances import MAX_ACCEPT
+    from supervision.durations import parse_duration
+
+    try:
+        seconds = parse_duration(for_)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--for") from None
+    if not 0 < seconds <= MAX_ACCEPT:
+        raise click.BadParameter(f"must be > 0 and <= {MAX_ACCEPT / 3600:g}h",
+                                 param_hint="--for")
+    cfg = load_or_exit(config_files)
+    where = f"s3://{cfg.s3.bucket}/{cfg.s3.key_prefix}"
+    try:
+        with operator_connection(cfg) as conn:
+            now = conn.execute(FINALIZE_QUERIES["missing_verdict_acceptances_active"], {
+                "bucket": cfg.s3.bucket, "key_prefix": cfg.s3.key_prefix}).fetchone()
+    except psycopg.Error as exc:
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
+    until = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+    click.echo(printable(f"would accept Missing verdicts under {where} until about "
+                         f"{until.isoformat(timespec='seconds')}"))
+    click.echo(printable("replacing the acceptance in force until "
+                         f"{now[0].isoformat(timespec='seconds')} by {now[1]}: {now[2]}"
+                         if now else "no acceptance in force now"))
+    click.echo("nothing changed (the withheld rows it would let through: "
+               "safetynet plan --job recording-finalize)")

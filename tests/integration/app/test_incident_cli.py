@@ -98,3 +98,21 @@ def test_acting_rechecks_each_previewed_id_and_skips_what_moved_on(
     assert [r.attempt_id for r in done.changed] == [seen] and done.skipped == [moved]
     assert attempt(conn, seen_rec)["status"] == "Pending"
     assert attempt(conn, later_rec)["status"] == "Quarantined"
+
+
+def test_accept_missing_preview_names_what_it_would_replace_and_changes_nothing(
+        config: Path, conn: psycopg.Connection) -> None:
+    first = cli(config, "accept-missing", "--for", "2h", "--preview")
+    assert first.returncode == 0, first.stderr
+    assert "would accept Missing verdicts under s3://" in first.stdout
+    assert "no acceptance in force now" in first.stdout
+    assert conn.execute("SELECT count(*) FROM safetynet.missing_verdict_acceptances"
+                        ).fetchone() == (0,)
+    assert trail(conn) == []
+    accepted = cli(config, "accept-missing", "--for", "1h", "--reason", "INC-4 lost uploads")
+    assert accepted.returncode == 0, accepted.stderr
+    again = cli(config, "accept-missing", "--for", "2h", "--preview")
+    assert "replacing the acceptance in force until" in again.stdout
+    assert "INC-4 lost uploads" in again.stdout and len(trail(conn)) == 1
+    too_long = cli(config, "accept-missing", "--for", "25h", "--preview")
+    assert too_long.returncode == 2 and "--for" in too_long.stderr
