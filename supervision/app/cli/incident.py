@@ -49,9 +49,9 @@ def filter_options(verb: str) -> Callable[[F], F]:
         ]
         if verb == "requeue":
             options.append(click.option(
-                "--status", default="Quarantined", show_default=True,
-                help="Filter: Quarantined (since: when quarantined) or Pending (since: "
-                     "when due)."))
+                "--status", default=None,
+                help="Filter: Quarantined (the default; since: when quarantined) or "
+                     "Pending (since: when due)."))
         if verb == "replay":
             options += [click.option("--topic", default=None, help="Filter: this topic."),
                         click.option("--key-prefix", "key_prefix", default=None,
@@ -66,7 +66,7 @@ def filter_options(verb: str) -> Callable[[F], F]:
 
 def wanted(given: dict[str, Any]) -> bool:
     """Whether the command was asked to act by a filter."""
-    return any(v not in (None, False) for k, v in given.items() if k != "status")
+    return any(v not in (None, False) for v in given.values())
 
 
 def run_by_filter(verb: str, given: dict[str, Any], reason: str | None, actor: str | None,
@@ -78,6 +78,8 @@ def run_by_filter(verb: str, given: dict[str, Any], reason: str | None, actor: s
 
     given = dict(given)
     only_preview, name = given.pop("preview"), given.pop("incident")
+    if verb == "requeue" and given.get("status") is None:
+        given["status"] = "Quarantined"  # the documented default of --status
     if not name:
         raise click.UsageError("--preview, --since, --until, --error, --topic and "
                                "--key-prefix go with --incident NAME")

@@ -116,3 +116,9 @@ def test_accept_missing_preview_names_what_it_would_replace_and_changes_nothing(
     assert "INC-4 lost uploads" in again.stdout and len(trail(conn)) == 1
     too_long = cli(config, "accept-missing", "--for", "25h", "--preview")
     assert too_long.returncode == 2 and "--for" in too_long.stderr
+
+
+def test_a_filter_option_with_ids_is_refused_not_ignored(config: Path) -> None:
+    proc = cli(config, "requeue", "--status", "Pending", "9d7c2a56-2f4b-4b8e-9a55-"
+               "0d6d1c1f7e3a", "--reason", "r")
+    assert proc.returncode == 2 and "--incident" in proc.stderr, proc.stderr
