@@ -122,3 +122,12 @@ def test_a_filter_option_with_ids_is_refused_not_ignored(config: Path) -> None:
     proc = cli(config, "requeue", "--status", "Pending", "9d7c2a56-2f4b-4b8e-9a55-"
                "0d6d1c1f7e3a", "--reason", "r")
     assert proc.returncode == 2 and "--incident" in proc.stderr, proc.stderr
+
+
+def test_a_preview_past_the_snapshot_cap_says_more_matched(conn: psycopg.Connection) -> None:
+    for _ in range(3):
+        quarantine(conn, "s3:http_503")
+    f = incidents.parse_filter(Verb.REQUEUE, {"status": "Quarantined"})
+    seen = incidents.preview(conn, f, limit=2)
+    assert (seen.count, seen.capped, seen.window_cut) == (2, True, False)
+    assert incidents.preview(conn, f).capped is False

@@ -187,3 +187,16 @@ async def test_an_unknown_verb_in_the_filter_link_shows_the_form_with_the_error(
         writable: httpx.AsyncClient) -> None:
     response = await writable.get("/incident?verb=purge")
     assert response.status_code == 400 and 'id="error">verb: ' in response.text
+
+
+async def test_a_read_only_console_offers_no_incident_action_and_refuses_the_preview(
+        db_dsn: str) -> None:
+    async for client in client_for(console_config(db_dsn)):
+        page = await client.get("/incident?verb=replay")
+        assert page.status_code == 200 and "read-only" in page.text
+        assert 'id="preview"' not in page.text
+        refused = await post(client, "/incident/preview", {
+            "token": await form_token(client, "/audit"), "verb": "replay",
+            "incident": "I"})
+        assert refused.status_code == 403 and "read-only" in refused.text
+    assert trail(db_dsn) == []
