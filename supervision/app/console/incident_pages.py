@@ -97,6 +97,10 @@ class IncidentPages:
 
     def _refusal(self, request: Request, snap: Snapshot, page: int,
                  fields: dict[str, Any]) -> Response | None:
+        if snap.finished:
+            return self._message(request, "incident: every page done", "every page of "
+                                 "this snapshot was acted on: preview again for rows that "
+                                 "match now", 409)
         if page != snap.next_page:
             return self._message(request, "incident: page already done" if page <
                                  snap.next_page else "incident: not that page",

@@ -92,6 +92,10 @@ async def test_act_touches_exactly_the_previewed_rows_and_names_the_skipped(
     again = await post(writable, "/incident/act", {**data, "confirm": "yes",
                                                    "reason": "twice"})
     assert again.status_code == 409 and len(trail(db_dsn)) == 1
+    past = await post(writable, "/incident/act", {**data, "page": "2", "confirm": "yes",
+                                                  "reason": "past the end"})
+    assert past.status_code == 409 and "every page" in past.text
+    assert len(trail(db_dsn)) == 1
 
 
 async def test_a_large_incident_is_worked_through_page_by_page(
