@@ -11,14 +11,15 @@ transaction: the change and its trace commit together. The snapshot variants are
 console's bulk actions: they act on the exact ids the operator saw, re-checked under
 ``FOR UPDATE`` to be in the state the page showed; an id that moved on since is skipped
 and named in the result, never acted on — and nothing "matching" that arrived after the
-page was rendered is touched. The ids given are parsed as the kind they name (a uuid, an
-outbox id): what is not one is counted (``Done.rejected``, ``rejected`` in the trail's
-result), never acted on nor stored.
+page was rendered is touched (*note*, when given, joins the trail row's result: an
+incident's name, filter and page, :mod:`supervision.app.incidents`). The ids given are
+parsed as the kind they name (a uuid, an outbox id): what is not one is counted
+(``Done.rejected``, ``rejected`` in the trail's result), never acted on nor stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -72,7 +73,7 @@ def requeue(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: st
 
 
 def requeue_snapshot(conn: psycopg.Connection, who: Actor, attempt_ids: Sequence[str],
-                     reason: str, *, status: str
+                     reason: str, *, status: str, note: Mapping[str, Any] | None = None
                      ) -> Done[runbook.Requeued | runbook.Released]:
     """Requeue the finalize rows *attempt_ids* that are still in *status* (the state the
     operator saw); the others are skipped."""
@@ -86,12 +87,13 @@ def requeue_snapshot(conn: psycopg.Connection, who: Actor, attempt_ids: Sequence
         changed = runbook.requeue(conn, still, False) if still else []
         trail_id = record_action(conn, who, Verb.REQUEUE, still, reason, {
             "changed": len(changed), "rows": _describe(changed), "seen_as": status,
-            "skipped": skipped, **given.counts()})
+            "skipped": skipped, **given.counts(), **(note or {})})
     return Done(Verb.REQUEUE, changed, skipped, trail_id, given.rejected)
 
 
 def release_snapshot(conn: psycopg.Connection, who: Actor, conference_ids: Sequence[str],
-                     reason: str) -> Done[runbook.Requeued | runbook.Released]:
+                     reason: str, *, note: Mapping[str, Any] | None = None
+                     ) -> Done[runbook.Requeued | runbook.Released]:
     """Release the poison conferences *conference_ids* still remembered as poison."""
     given = parse_ids(IdKind.UUID, conference_ids)
     ids = given.valid
@@ -103,7 +105,7 @@ def release_snapshot(conn: psycopg.Connection, who: Actor, conference_ids: Seque
         changed = runbook.requeue(conn, still, False) if still else []
         trail_id = record_action(conn, who, Verb.RELEASE, still, reason, {
             "changed": len(changed), "rows": _describe(changed), "skipped": skipped,
-            **given.counts()})
+            **given.counts(), **(note or {})})
     return Done(Verb.RELEASE, changed, skipped, trail_id, given.rejected)
 
 
@@ -127,7 +129,8 @@ def replay(conn: psycopg.Connection, who: Actor, ids: Sequence[str], reason: str
 
 
 def replay_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[str],
-                    reason: str) -> Done[runbook.Replayed]:
+                    reason: str, *, note: Mapping[str, Any] | None = None
+                    ) -> Done[runbook.Replayed]:
     """Replay the dead letters *outbox_ids* the page showed that are still dead letters
     (locked ``FOR UPDATE``); the others (replayed or purged meanwhile) are skipped. A
     replayed dead letter no longer blocks its key: the later rows of the key follow it."""
@@ -141,7 +144,7 @@ def replay_snapshot(conn: psycopg.Connection, who: Actor, outbox_ids: Sequence[s
         changed = runbook.replay(conn, still) if still else []
         trail_id = record_action(conn, who, Verb.REPLAY, still, reason, {
             "changed": len(changed), "rows": _describe(changed), "skipped": skipped,
-            **given.counts()})
+            **given.counts(), **(note or {})})
     return Done(Verb.REPLAY, changed, skipped, trail_id, given.rejected)
 
 

@@ -1011,4 +1011,28 @@ CASES: list[Case] = [
        cp.console_process({"auth": "proxy_header", "trusted_proxies": ["127.0.0.1"]}),
        Read.OUTPUT, "exit 78: config error: console.proxy_secret: required when"
        " console.auth = proxy_header"),
+    _c("console-incident-since-prose", "console", 'an incident filter "since" of "2 hours"',
+       "the filter form shown again with the error (400); nothing previewed or acted", TOOL,
+       cp.incident_since_prose, Read.OUTPUT, "400 since: must be a duration back from now"
+       " (24h) or an ISO date/time after the year 1, got '2 hours'"),
+    _c("console-incident-status-unknown", "console", "an incident requeue filtered on"
+       " status Done", "the filter form shown again naming status (400), never a silent"
+       " default", TOOL, cp.incident_status_unknown, Read.OUTPUT,
+       "400 status: must be one of Quarantined, Pending, got 'Done'"),
+    _c("console-incident-foreign-field", "console", "an incident requeue filtered on a"
+       " topic (a replay's filter)", "refused naming topic (400), not ignored", TOOL,
+       cp.incident_field_of_another_verb, Read.OUTPUT, "400 topic: is not a filter of"
+       " requeue"),
+    _c("console-incident-snapshot-forged", "console", "an incident act naming a snapshot"
+       " this console never made", "refused (410): preview again; nothing acted", TOOL,
+       cp.incident_snapshot_forged, Read.OUTPUT, "410 this snapshot is unknown here"),
+    _c("console-incident-page-superscript", "console", "an incident act of page '²'",
+       "refused naming page (400); nothing acted", TOOL, cp.incident_page_superscript,
+       Read.OUTPUT, "400 page: must be a whole number from 1 to 9223372036854775807, got"
+       " '²'"),
+    _c("cli-incident-since-huge", "console", "`safetynet requeue --incident I --since"
+       " 1000000d --preview`", "a usage error naming --since (exit 2), never a traceback",
+       TOOL, cp.incident_cli_since_huge, Read.OUTPUT, "exit 2: Error: Invalid value for"
+       " --since: must be a duration back from now (24h) or an ISO date/time after the"
+       " year 1"),
 ]

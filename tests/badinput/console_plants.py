@@ -256,3 +256,61 @@ async def replay_cli_superscript(world: World) -> Planted:
 
 GOOD_HASH = hash_password("badinput", n=MIN_N)
 CHEAP_HASH = hash_password("badinput", n=2**10)
+
+
+# ------------------------------------------------- incident-scoped actions (item 3)
+
+
+async def _incident_preview(client: httpx.AsyncClient, **fields: str) -> httpx.Response:
+    return await _post(client, "/incident/preview", data={
+        "token": await _token(client, "/incident"), "verb": "requeue", "incident": "INC-1",
+        **fields})
+
+
+async def incident_since_prose(world: World) -> Planted:
+    async def ask(client: httpx.AsyncClient) -> str:
+        response = await _incident_preview(client, status="Quarantined", since="2 hours")
+        _nothing_acted(world)
+        return said(response)
+    return _console(world, ask)
+
+
+async def incident_status_unknown(world: World) -> Planted:
+    async def ask(client: httpx.AsyncClient) -> str:
+        response = await _incident_preview(client, status="Done")
+        _nothing_acted(world)
+        return said(response)
+    return _console(world, ask)
+
+
+async def incident_field_of_another_verb(world: World) -> Planted:
+    async def ask(client: httpx.AsyncClient) -> str:
+        response = await _incident_preview(client, status="Quarantined", topic="orders")
+        _nothing_acted(world)
+        return said(response)
+    return _console(world, ask)
+
+
+async def incident_snapshot_forged(world: World) -> Planted:
+    async def ask(client: httpx.AsyncClient) -> str:
+        response = await _post(client, "/incident/act", data={
+            "token": await _token(client), "snapshot": "A" * 24, "page": "1",
+            "confirm": "yes", "reason": "x"})
+        _nothing_acted(world)
+        return said(response)
+    return _console(world, ask)
+
+
+async def incident_page_superscript(world: World) -> Planted:
+    async def ask(client: httpx.AsyncClient) -> str:
+        response = await _post(client, "/incident/act", data={
+            "token": await _token(client), "snapshot": "A" * 24, "page": "²",
+            "confirm": "yes", "reason": "x"})
+        _nothing_acted(world)
+        return said(response)
+    return _console(world, ask)
+
+
+async def incident_cli_since_huge(world: World) -> Planted:
+    return Planted(extra={"run": lambda: _safetynet(
+        world, ["requeue", "--incident", "INC-1", "--since", "1000000d", "--preview"], {})})

@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from supervision.app.cli.group import EXIT_SLO, actor_options, config_option, job_option, main
+from supervision.app.cli.incident import (
+    filter_options,
+    preview_acceptance,
+    run_by_filter,
+    wanted,
+)
 from supervision.app.terminal import printable
 from supervision.app.verbs import fail, load_or_exit, operator_connection
 from supervision.errors import describe
@@ -21,13 +28,21 @@ from supervision.jobs import Job
 @click.option("--all-quarantined", is_flag=True, help="Re-enqueue every quarantined row.")
 @click.option("--all-poisoned", is_flag=True,
               help="Release every poison conference (the next reaper cycle retries it).")
+@filter_options("requeue")
 @actor_options
 @config_option
 def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
-            reason: str | None, actor: str | None, config_files: tuple[Path, ...]) -> None:
+            reason: str | None, actor: str | None, config_files: tuple[Path, ...],
+            by_filter: dict[str, Any]) -> None:
     """Runbook re-enqueue of finalize rows (by row id or recording id): Pending,
     attempts 0, due now; a poison conference id (see status) is released: the next reaper
-    cycle claims it. Unknown ids: exit 2 and nothing changes."""
+    cycle claims it. Unknown ids: exit 2 and nothing changes. With --incident, the rows a
+    filter matches instead (--preview first: the count and a sample)."""
+    if wanted(by_filter):
+        if ids or all_quarantined or all_poisoned:
+            raise click.UsageError("give ids, --all-* or --incident with a filter (one)")
+        run_by_filter("requeue", by_filter, reason, actor, config_files)
+        return
     if bool(ids) == (all_quarantined or all_poisoned):
         raise click.UsageError("give finalize/conference ids or --all-quarantined/"
                                "--all-poisoned (not both)")
@@ -37,12 +52,20 @@ def requeue(ids: tuple[str, ...], all_quarantined: bool, all_poisoned: bool,
 @main.command()
 @click.argument("ids", nargs=-1)
 @click.option("--all-poisoned", is_flag=True, help="Release every poison conference.")
+@filter_options("release")
 @actor_options
 @config_option
 def release(ids: tuple[str, ...], all_poisoned: bool, reason: str | None,
-            actor: str | None, config_files: tuple[Path, ...]) -> None:
+            actor: str | None, config_files: tuple[Path, ...],
+            by_filter: dict[str, Any]) -> None:
     """Release poison conferences (by id, see status): the next reaper cycle claims them
-    again. Unknown ids: exit 2 and nothing changes."""
+    again. Unknown ids: exit 2 and nothing changes. With --incident, the poison
+    conferences a filter matches instead (--preview first)."""
+    if wanted(by_filter):
+        if ids or all_poisoned:
+            raise click.UsageError("give ids, --all-poisoned or --incident with a filter")
+        run_by_filter("release", by_filter, reason, actor, config_files)
+        return
     if bool(ids) == all_poisoned:
         raise click.UsageError("give conference ids or --all-poisoned (not both)")
     _requeue(ids, False, all_poisoned, reason, actor, config_files, "release")
@@ -155,15 +178,24 @@ def dead_letters(as_json: bool, limit: int, purge: bool, older_than: str | None,
 
 
 @main.command()
-@click.argument("ids", nargs=-1, required=True)
+@click.argument("ids", nargs=-1)
+@filter_options("replay")
 @actor_options
 @config_option
 def replay(ids: tuple[str, ...], reason: str | None, actor: str | None,
-           config_files: tuple[Path, ...]) -> None:
+           config_files: tuple[Path, ...], by_filter: dict[str, Any]) -> None:
     """Put dead-lettered outbox rows (by outbox id, see dead-letters) back on the relay's
     path: published again in id order, before the later rows of their key (a key it
     blocked is released). --reason is required. Unknown ids: exit 2 and nothing changes
-    (the refusal is recorded)."""
+    (the refusal is recorded). With --incident, the dead letters a filter matches instead
+    (--preview first)."""
+    if wanted(by_filter):
+        if ids:
+            raise click.UsageError("give outbox ids or --incident with a filter (not both)")
+        run_by_filter("replay", by_filter, reason, actor, config_files)
+        return
+    if not ids:
+        raise click.UsageError("give outbox ids (see dead-letters) or --incident NAME")
     import psycopg  # the driver loads with the verbs that reach the database, not for --help
 
     from supervision.app import actions
@@ -250,10 +282,12 @@ def resume(job: Job, reason: str | None, actor: str | None,
 @click.option("--for", "for_", default="1h", show_default=True,
               help="How long (a duration, at most 24h).")
 @click.option("--revoke", is_flag=True, help="End the acceptance now.")
+@click.option("--preview", is_flag=True, help="Print what would be accepted, until when, "
+              "and the acceptance it would replace; change nothing.")
 @actor_options
 @config_option
-def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | None,
-                   config_files: tuple[Path, ...]) -> None:
+def accept_missing(for_: str, revoke: bool, preview: bool, reason: str | None,
+                   actor: str | None, config_files: tuple[Path, ...]) -> None:
     """Accept Missing verdicts (Failed/Timeout) under s3.bucket/s3.key_prefix without
     evidence, for a while: when the incident is genuine and nothing shows it (runbook
     RecordingFinalizeVerdictsWithheld). Recorded in the operator trail."""
@@ -263,6 +297,11 @@ def accept_missing(for_: str, revoke: bool, reason: str | None, actor: str | Non
     from supervision.app.trail import Actor
     from supervision.durations import parse_duration
 
+    if preview:
+        if revoke:
+            raise click.UsageError("--preview does not go with --revoke")
+        preview_acceptance(for_, config_files)
+        return
     if not revoke and not reason:
         raise click.UsageError("--reason is required (the incident, for the record)")
     cfg = load_or_exit(config_files)

@@ -30,6 +30,7 @@ from supervision.app import actions
 from supervision.app.console import inputs, views
 from supervision.app.console.audit_runs import AUDIT_MIN_INTERVAL_S, Audits
 from supervision.app.console.daemon_metrics import scrape
+from supervision.app.console.incident_pages import IncidentPages
 from supervision.app.console.inputs import BadInput, read_form
 from supervision.app.console.security import (
     HEADERS,
@@ -67,6 +68,8 @@ class Unavailable(Exception):
 def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
     gate = gate or Gate(cfg.console)
     console = _Console(cfg, db, gate)
+    incident = IncidentPages(render=console.render, form=console._form, run=console._write,
+                             who=console._who, unavailable=Unavailable)
     routes = [
         Route("/", console.overview), Route("/recordings", console.recordings),
         Route("/conferences", console.conferences), Route("/outbox", console.outbox),
@@ -78,6 +81,9 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
         *(Route(f"/actions/{name}", getattr(console, f"act_{name}"), methods=["POST"])
           for name in ("requeue", "release", "replay", "pause", "resume", "audit")),
         Route("/actions/release-key", console.act_release_key, methods=["POST"]),
+        Route("/incident", incident.filter_page),  # incident-scoped actions, previewed
+        Route("/incident/preview", incident.preview, methods=["POST"]),
+        Route("/incident/act", incident.act, methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[
         Middleware(_Guard, gate=gate, site=Site.of(cfg.console))])

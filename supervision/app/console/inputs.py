@@ -26,6 +26,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from supervision.app.incidents import BadFilter, Filter, parse_filter, parse_incident
 from supervision.durations import format_duration, parse_duration
 
 BIGINT_MAX = 2**63 - 1
@@ -34,6 +35,7 @@ MAX_FORM_FIELDS = 200
 FORM_TYPE = "application/x-www-form-urlencoded"
 MAX_PAUSE_S = 366 * 86400.0
 _DIGITS = re.compile(r"[0-9]{1,19}")  # ASCII only: str.isdigit() takes '²' and '٣'
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{24}")  # secrets.token_urlsafe(18)
 
 
 class BadInput(ValueError):
@@ -134,3 +136,22 @@ async def read_form(request: Request) -> FormData | Response:
 
 def _show(text: str) -> str:
     return repr(text if len(text) <= 64 else text[:64] + "…")
+
+
+def incident_filter(fields: Mapping[str, str]) -> tuple[Filter, str]:
+    """An incident form's verb, filter and incident name (:mod:`supervision.app.incidents`),
+    or :class:`BadInput` naming the field."""
+    verb = fields.get("verb", "")
+    try:
+        f = parse_filter(verb, fields)
+        return f, parse_incident(fields.get("incident"))
+    except BadFilter as exc:
+        raise BadInput(exc.field, str(exc).partition(": ")[2]) from None
+
+
+def snapshot_page(fields: Mapping[str, str]) -> tuple[str, int]:
+    """An incident act's snapshot token and page number."""
+    token = fields.get("snapshot", "")
+    if not _TOKEN.fullmatch(token):
+        raise BadInput("snapshot", "not a snapshot of this console: preview again")
+    return token, whole(fields.get("page", ""), "page")
