@@ -110,7 +110,8 @@ bad-input-report: $(STAMP)
 # The console's browser tests, then their screenshots published to docs/console/ (on
 # purpose only: a test run writes them under build/console/ and leaves the tree clean).
 console-screenshots: $(STAMP)
-	$(PY) -m pytest tests/integration/app/console/test_console_browser.py
+	$(PY) -m pytest tests/integration/app/console/test_console_browser.py \
+		tests/integration/app/console/test_incident_browser.py
 	mkdir -p docs/console
 	cp build/console/*.png docs/console/
 
