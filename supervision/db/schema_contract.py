@@ -213,21 +213,6 @@ INDEXES: tuple[Index, ...] = (
 TABLES: tuple[str, ...] = tuple(dict.fromkeys(c.table for c in COLUMNS))
 
 
-def _privileges() -> dict[str, tuple[str, ...]]:
-    out: dict[str, set[str]] = {t: {"SELECT"} for t in TABLES}
-    for column in COLUMNS:
-        if column.access == "write":
-            out[column.table].add("UPDATE")
-        elif column.access == "insert":
-            out[column.table].add("INSERT")
-    out["integration_outbox"].add("DELETE")  # outbox retention
-    order = ("SELECT", "INSERT", "UPDATE", "DELETE")
-    return {t: tuple(p for p in order if p in privs) for t, privs in out.items()}
-
-
-TABLE_PRIVILEGES: dict[str, tuple[str, ...]] = _privileges()
-
-
 def _column_privileges() -> dict[str, dict[str, tuple[str, ...]]]:
     """table -> privilege -> columns: SELECT on every contract column (a written column is
     read by its UPDATE's expressions and RETURNING too), UPDATE on the written ones,
