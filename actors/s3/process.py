@@ -71,7 +71,7 @@ from actors.s3.wire import (
     encode_settings,
 )
 from supervision.config import S3Config
-from supervision.errors import WireError
+from supervision.errors import WireError, first_leaf
 
 log = structlog.get_logger("s3_worker")
 
@@ -297,7 +297,7 @@ class WorkerObjectStore:
                 nursery.cancel_scope.cancel()
         except* (WireError, trio.BrokenResourceError, OSError) as group:
             reason = "s3_worker_broken"
-            exc = group.exceptions[0]
+            exc = first_leaf(group, Exception)
             log.error("s3_worker_failed", error=str(exc) or type(exc).__name__)
         finally:
             self._last_change = trio.current_time()
