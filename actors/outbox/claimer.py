@@ -11,7 +11,8 @@ Restart type: none of its own — it lives and dies with its cycle.
 Each claim is one short transaction (``outbox_claim_batch``: id order, ``SKIP LOCKED``, at
 most ``batch_size`` rows and about ``claim_max_bytes`` of payloads, a row over the
 producer's max request size measured in the database and taken without its payload, as
-:class:`~actors.outbox.rows.Malformed`). It claims the next batch
+:class:`~actors.outbox.rows.Malformed`; its plan walks ``ix_outbox_live`` in id order
+whatever the table's statistics say, ``outbox_claim_plan``). It claims the next batch
 while the publisher sends the last one: behind a backlog (the last claim was full, or cut
 by the byte cap) it takes the rows after the cycle's last claimed id; caught up, it starts
 from the beginning again without the rows this cycle has in hand, so a row committed after
@@ -47,7 +48,9 @@ def claim_batch(conn: psycopg.Connection, batch_size: int,
                 max_row_bytes: int = MAX_ROW_BYTES) -> Claim:
     """The next rows to send: at most *batch_size*, their payloads together at most about
     *max_bytes* (the first row always comes); a row over *max_row_bytes* comes without
-    its payload, as :class:`Malformed` (dead-lettered unread)."""
+    its payload, as :class:`Malformed` (dead-lettered unread). The claim's plan is the
+    index-ordered one whatever the table's statistics (``outbox_claim_plan``)."""
+    conn.execute(OUTBOX_QUERIES["outbox_claim_plan"])
     records = conn.execute(OUTBOX_QUERIES["outbox_claim_batch"],
                            {"batch_size": batch_size, "held_topics": list(held_topics),
                             "after_id": after_id, "skip": list(skip),
