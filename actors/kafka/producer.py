@@ -4,16 +4,17 @@
 >>> await producer.start()                      # from Trio
 >>> results = await producer.send_wave(msgs)    # one bridge crossing for the whole wave
 
-``acks="all"`` without idempotence (Tansu and some brokers lack it), compression off by
-default, one in-flight batch per partition (aiokafka's own rule, which keeps per-partition
-order). A wave's messages are packed into record batches, one per partition (aiokafka's
+``acks`` and idempotence from ``[kafka]`` (``acks = "all"`` without idempotence by
+default: Tansu and some brokers refuse InitProducerId), compression off by default, one
+in-flight batch per partition (aiokafka's own rule, which keeps per-partition order). A
+wave's messages are packed into record batches, one per partition (aiokafka's
 ``create_batch``/``send_batch``; the partition is the one aiokafka's default partitioner
 picks, :func:`key_partitioner`), so the whole wave is on the wire at once and each batch
 has one acknowledgement to await, not one per message. A message larger than
-``max_request_size`` is rejected before any batch, as ``send()`` would. A broker whose
-own limit is lower (``message.max.bytes``) may refuse a whole batch as too large
-(``MessageSizeTooLarge``, ``RecordListTooLarge``): its messages are then sent again one per
-batch, so only a message too large on its own is rejected, not its batch-mates.
+``max_request_size`` is rejected before any batch, as ``send()`` would. A broker whose own
+limit is lower (``message.max.bytes``) may refuse a whole batch as too large
+(``MessageSizeTooLarge``, ``RecordListTooLarge``): its messages are then sent again one
+per batch, so only a message too large on its own is rejected, not its batch-mates.
 
 Security (TLS, SASL) comes from ``[kafka]`` through :mod:`actors.kafka.security`; a
 broker that refuses the connection makes :meth:`KafkaProducer.start` raise
@@ -171,7 +172,8 @@ class KafkaProducer:
             raise ConfigurationFault(f"TLS files cannot be loaded: {exc}") from exc
         producer = AIOKafkaProducer(
             bootstrap_servers=self._cfg.bootstrap_servers, client_id=self._cfg.client_id,
-            acks="all", enable_idempotence=False, compression_type=None, linger_ms=0,
+            acks=self._cfg.acks.aiokafka, enable_idempotence=self._cfg.enable_idempotence,
+            compression_type=None, linger_ms=0,
             request_timeout_ms=self._timeout_ms, max_request_size=self.max_request_size,
             max_batch_size=256 * 1024, partitioner=key_partitioner, **security,
         )

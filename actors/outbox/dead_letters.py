@@ -30,6 +30,7 @@ import psycopg
 import structlog
 import trio
 
+from actors.outbox.cycle import RelayCycle
 from actors.outbox.messages import DeadLetter
 from actors.outbox.metrics import OUTBOX_DEAD_LETTERED
 from actors.outbox.queries import OUTBOX_QUERIES
@@ -61,3 +62,10 @@ async def run_dead_letters(db: Database, counts: RelayCounts,
             counts.failed += 1
             log.error("outbox_row_dead_lettered", outbox_id=letter.id, topic=letter.topic,
                       error=letter.reason, blocks_key=blocks)
+
+
+async def run_cycle_dead_letters(cycle: RelayCycle,
+                                 inbox: trio.MemoryReceiveChannel[DeadLetter]) -> None:
+    """The table source's dead letters: :func:`run_dead_letters` on the cycle's fenced
+    database and counts."""
+    await run_dead_letters(cycle.db, cycle.counts, inbox)

@@ -1,11 +1,12 @@
 """The outbox marker: records what the broker answered, behind the waves still going out.
 
-Inputs: :class:`~actors.outbox.messages.Answered` messages (receive channel) from the
+Inputs: the cycle (:class:`~actors.outbox.cycle.RelayCycle`: its fenced database and
+ledger) and :class:`~actors.outbox.messages.Answered` messages (receive channel) from the
 publisher. Outputs: ``published_at`` (and one more ``publish_attempts``) on every row the
 broker acknowledged, one more attempt and ``last_error`` on every row that failed
 transiently, the ``outbox_publish_failed`` log line per such row, the cycle's
 ``published``/``failed`` counts and ``safetynet_outbox_published``; the marked ids leave
-the cycle's set of unmarked ids (the claimer skips those). Restart type: none — it lives
+the ledger's unmarked ids (the claimer skips those). Restart type: none — it lives
 for one cycle and ends once its channel is closed and drained.
 
 It waits for one wave's answers, then takes every answer already queued behind it and
@@ -26,11 +27,11 @@ import psycopg
 import structlog
 import trio
 
+from actors.outbox.cycle import RelayCycle
 from actors.outbox.messages import Answered, Failure
 from actors.outbox.metrics import OUTBOX_PUBLISHED
 from actors.outbox.queries import OUTBOX_QUERIES
-from actors.outbox.state import RelayCounts
-from supervision.db.database import Database, pipelined
+from supervision.db.database import pipelined
 from supervision.tree.shielding import must_complete
 
 log = structlog.get_logger("outbox_marker")
@@ -60,28 +61,26 @@ def _queued(inbox: trio.MemoryReceiveChannel[Answered]) -> list[Answered]:
             return queued
 
 
-async def run_marker(db: Database, counts: RelayCounts, unmarked: set[int],
-                     inbox: trio.MemoryReceiveChannel[Answered]) -> None:
+async def run_marker(cycle: RelayCycle, inbox: trio.MemoryReceiveChannel[Answered]) -> None:
     """Record every answer handed over until *inbox* is closed and drained."""
     async with inbox:
         try:
             async for answered in inbox:
-                await _record(db, counts, unmarked, [answered, *_queued(inbox)])
+                await _record(cycle, [answered, *_queued(inbox)])
         except trio.Cancelled:  # a soft stop: what the broker has is marked all the same
             if queued := _queued(inbox):
-                await _record(db, counts, unmarked, queued)
+                await _record(cycle, queued)
             raise
 
 
-async def _record(db: Database, counts: RelayCounts, unmarked: set[int],
-                  answers: list[Answered]) -> None:
+async def _record(cycle: RelayCycle, answers: list[Answered]) -> None:
     published = [outbox_id for answered in answers for outbox_id in answered.acked]
     failed = [failure for answered in answers for failure in answered.failed]
     async with must_complete():
-        await db.atomic(mark_answered, published, failed)
-    unmarked.difference_update(published)
-    counts.published += len(published)
-    counts.failed += len(failed)
+        await cycle.db.atomic(mark_answered, published, failed)
+    cycle.ledger.marked(published)
+    cycle.counts.published += len(published)
+    cycle.counts.failed += len(failed)
     OUTBOX_PUBLISHED.inc(len(published))
     for failure in failed:
         log.warning("outbox_publish_failed", outbox_id=failure.id, topic=failure.topic,

@@ -40,6 +40,7 @@ import structlog
 import trio
 
 from actors.kafka.producer import Delivery, KafkaProducer
+from actors.outbox.cycle import RelayCycle
 from actors.outbox.messages import Answered, Claim, DeadLetter, Failure
 from actors.outbox.metrics import OUTBOX_PUBLISH_FAILED
 from actors.outbox.rows import Row
@@ -121,6 +122,16 @@ async def run_publisher(producer: KafkaProducer, state: RelayState, window: Wind
                     # as of that claim: a fault that came due after it was not looked for
                     state.forget_settled(window.seen_ids, window.seen_topics, caught_up_at)
                 return
+
+
+async def run_cycle_publisher(cycle: RelayCycle, window: Window,
+                              claims: trio.MemoryReceiveChannel[Claim],
+                              answers: trio.MemorySendChannel[Answered],
+                              dead_letters: trio.MemorySendChannel[DeadLetter]) -> None:
+    """The table source's publisher: :func:`run_publisher` with the cycle's producer,
+    relay state, deadline and minimum wave."""
+    await run_publisher(cycle.producer, cycle.state, window, cycle.deadline, claims,
+                        answers, dead_letters, min_wave=cycle.min_wave)
 
 
 async def _next_claim(claims: trio.MemoryReceiveChannel[Claim], wait: float) -> Claim | None:

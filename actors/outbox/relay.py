@@ -9,7 +9,11 @@ other writers (:mod:`actors.outbox.listener`), and at worst every ``poll_interva
 A cycle connects the producer (:func:`actors.outbox.publisher.connect`: a refused
 connection is a configuration fault, an unreachable broker a back-off), then drains
 through a pipeline of actors over bounded memory channels, so the database work overlaps
-the broker's:
+the broker's. Each actor takes the cycle's one frozen context
+(:class:`~actors.outbox.cycle.RelayCycle`: the fenced database, the configuration, the
+producer, the deadline) and its own channel ends; the one mutable object they share is
+the cycle's ledger (rows in hand, ids claimed and not marked, counts), each part with one
+writer per direction:
 
     claimer ──Claim──▶ publisher ──Answered──▶ marker      published_at, attempts
       ▲ room              │ waves ≤ 1 row/key
@@ -60,17 +64,18 @@ from actors.leases.lock_keeper import (
     run_locked_cycle,
 )
 from actors.outbox.claimer import run_claimer
-from actors.outbox.dead_letters import run_dead_letters
+from actors.outbox.cycle import CycleLedger, RelayCycle
+from actors.outbox.dead_letters import run_cycle_dead_letters
 from actors.outbox.logical import run_logical_pipeline, source_of
 from actors.outbox.marker import run_marker
 from actors.outbox.messages import Answered, Claim, DeadLetter
-from actors.outbox.publisher import connect, report_health, run_publisher
+from actors.outbox.publisher import connect, report_health, run_cycle_publisher
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.retention import RETENTION_BATCHES, apply_retention
 from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.slot_io import slot_idle
 from actors.outbox.state import RelayCounts, RelayState
-from actors.outbox.window import InHand, Window
+from actors.outbox.window import Window
 from supervision.db.database import Database, pipelined
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.jobs import Job
@@ -129,21 +134,19 @@ async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
 
 async def _run_pipeline(job: RelayJob, counts: RelayCounts, deadline: float) -> None:
     """Claimer → publisher → marker and dead letters, until the publisher is done."""
-    cfg = job.cfg
-    in_hand = InHand(max_rows=2 * cfg.batch_size, max_bytes=cfg.claim_max_bytes)
-    unmarked: set[int] = set()  # claimed in this cycle and not marked: claims skip them
+    ledger = CycleLedger.for_config(job.cfg, counts)
+    cycle = RelayCycle(job.db, job.cfg, job.producer, job.state, deadline,
+                       job.max_row_bytes, ledger)
     claims_send, claims_recv = trio.open_memory_channel[Claim](0)
     answers_send, answers_recv = trio.open_memory_channel[Answered](ANSWERS_QUEUE)
     letters_send, letters_recv = trio.open_memory_channel[DeadLetter](DEAD_LETTERS_QUEUE)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_marker, job.db, counts, unmarked, answers_recv)
-        nursery.start_soon(run_dead_letters, job.db, counts, letters_recv)
+        nursery.start_soon(run_marker, cycle, answers_recv)
+        nursery.start_soon(run_cycle_dead_letters, cycle, letters_recv)
         async with trio.open_nursery() as feed:
-            feed.start_soon(partial(run_claimer, job.db, cfg, job.state, job.max_row_bytes,
-                                    deadline, in_hand, unmarked, claims_send))
-            await run_publisher(job.producer, job.state, Window(in_hand), deadline,
-                                claims_recv, answers_send, letters_send,
-                                min_wave=cfg.batch_size // 4)
+            feed.start_soon(run_claimer, cycle, claims_send)
+            await run_cycle_publisher(cycle, Window(ledger.in_hand), claims_recv,
+                                      answers_send, letters_send)
             feed.cancel_scope.cancel()  # the claimer stops with the publisher
 
 

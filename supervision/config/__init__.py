@@ -47,6 +47,7 @@ from supervision.config.reference import (
     settings_reference,
 )
 from supervision.config.sections import (
+    Acks,
     HttpConfig,
     KafkaConfig,
     LoggingConfig,
@@ -63,7 +64,7 @@ from supervision.tree_walk import walk
 
 __all__ = [
     "DAY", "ENV_CONFIG_FILE", "ENV_PREFIX", "EXIT_CONFIG", "HOUR", "MAX_BATCH", "MINUTE",
-    "ConfigError", "ConsoleConfig", "HttpConfig", "KafkaConfig", "Leased", "LeasedJob",
+    "Acks", "ConfigError", "ConsoleConfig", "HttpConfig", "KafkaConfig", "Leased", "LeasedJob",
     "LoggingConfig", "MediaConfig", "PostgresConfig", "S3Config", "SaslMechanism",
     "SecurityProtocol", "SettingDoc", "SupervisionConfig", "TracingConfig",
     "config_from_dict", "config_paths", "console_problems", "console_warnings", "load_config",

@@ -108,6 +108,23 @@ class SaslMechanism(enum.StrEnum):
     SCRAM_SHA_512 = "SCRAM-SHA-512"
 
 
+class Acks(enum.StrEnum):
+    """What the producer waits for before a row counts as published (Kafka's ``acks``).
+    ``0`` is not offered: the relay marks a row published only on an acknowledgement."""
+
+    ALL = "all"  # every in-sync replica has the message
+    LEADER = "1"  # the partition's leader has it
+
+    @classmethod
+    def _missing_(cls, value: object) -> Acks | None:
+        """Any case of "all" (the loader reads enum values upper-cased)."""
+        return cls.ALL if isinstance(value, str) and value.lower() == "all" else None
+
+    @property
+    def aiokafka(self) -> str | int:
+        return "all" if self is Acks.ALL else 1
+
+
 @attrs.frozen
 class KafkaConfig:
     bootstrap_servers: str = setting(
@@ -128,6 +145,19 @@ class KafkaConfig:
     sasl_password: Secret = setting(
         Secret(""), "SASL password; required by the SASL_* protocols. Secret (pass it as "
         "SAFETYNET__KAFKA__SASL_PASSWORD).",
+    )
+    acks: Acks = setting(
+        Acks.ALL, "all: a row is marked published once every in-sync replica has its "
+        "message (the default); 1: once the partition's leader has it (less latency, but "
+        "an event the leader acknowledged and lost before replicating is never sent again).",
+    )
+    enable_idempotence: bool = setting(
+        False, "aiokafka's idempotent producer (a producer id and per-partition sequence "
+        "numbers: the broker drops a batch it already has when a send is retried inside "
+        "one producer session). Needs acks = \"all\". Off by default: the relay is at least "
+        "once across restarts whatever this says, consumers deduplicate by event-id; a "
+        "broker that refuses InitProducerId (Tansu, the dev broker) fails the producer's "
+        "start, seen as Kafka unreachable.",
     )
     ssl_cafile: str = setting(
         "", "PEM file of the CA(s) that sign the brokers' certificates (SSL/SASL_SSL); "
@@ -159,7 +189,11 @@ class KafkaConfig:
         return context
 
     def problems(self, key: str) -> Iterator[str]:
-        """The security settings fit the protocol, and the TLS files load."""
+        """Idempotence has acks = all; the security settings fit the protocol, and the
+        TLS files load."""
+        if self.enable_idempotence and self.acks is not Acks.ALL:
+            yield (f"{key}.enable_idempotence: needs acks = \"all\" (acks is "
+                   f"\"{self.acks}\")")
         protocol = self.security_protocol
         if protocol.uses_sasl:
             for name in ("sasl_username", "sasl_password"):

@@ -1,3 +1,16 @@
+-- name: outbox_claim_plan --
+-- Run first in each claim's transaction, and local to it (issue 37 item 6): the claim
+-- must walk ix_outbox_live in id order and stop at its LIMIT, whatever the statistics
+-- say. A burst committed into an idle outbox leaves them saying "a few rows" until
+-- autoanalyze runs; the planner then reads every live row (a bitmap scan, hash anti
+-- joins) and sorts them all by id for 500 (100,000 rows: 0.2-1.2 s per claim, the sort
+-- spilling to disk). No sort can help this claim (the index gives its order), so sorts
+-- are ruled out where a path without one exists: the 500 claimed rows are still sorted
+-- for the byte cap's window (no other path gives their order there).
+-- tests/integration/outbox/test_outbox_claim_plan.py EXPLAINs the claim under the
+-- statistics of an empty table.
+SET LOCAL enable_sort = off;
+
 -- name: outbox_claim_batch --
 -- The next unpublished rows in id order. Skips rows another relay holds, dead-lettered
 -- rows, every row of a key blocked behind a dead letter of that key (per-key order is

@@ -17,6 +17,7 @@ from actors.kafka import producer as kafka_producer
 from actors.kafka.producer import Delivery, KafkaProducer, classify, probe_verdict
 from actors.kafka.security import refusal
 from supervision.app.settings import config_from_dict
+from supervision.errors import ConfigError
 from tests.tls_terminator import Pki, make_pki
 
 
@@ -85,7 +86,7 @@ class RecordingProducer:
         pass
 
 
-def aiokafka_kwargs(monkeypatch: pytest.MonkeyPatch, kafka: dict[str, str]
+def aiokafka_kwargs(monkeypatch: pytest.MonkeyPatch, kafka: dict[str, Any]
                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """What AIOKafkaProducer receives from a started KafkaProducer for *kafka*, and the
     arguments aiokafka's create_ssl_context was called with."""
@@ -221,3 +222,32 @@ def test_key_partitioner_puts_every_key_where_aiokafka_and_the_java_client_do() 
 def test_key_partitioner_spreads_keyless_messages_over_available_partitions() -> None:
     picked = {kafka_producer.key_partitioner(None, [0, 1, 2, 3], [1, 3]) for _ in range(200)}
     assert picked == {1, 3}
+
+
+# --------------------------------------------------------------------------- acks
+
+
+def test_the_producer_waits_for_every_in_sync_replica_without_idempotence_by_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kwargs, _ = aiokafka_kwargs(monkeypatch, {})
+    assert (kwargs["acks"], kwargs["enable_idempotence"]) == ("all", False)
+
+
+def test_acks_1_and_idempotence_reach_aiokafka_as_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiokafka takes the leader-only setting as the integer 1 (it refuses "1")."""
+    kwargs, _ = aiokafka_kwargs(monkeypatch, {"acks": "1"})
+    assert kwargs["acks"] == 1
+    kwargs, _ = aiokafka_kwargs(monkeypatch, {"enable_idempotence": True})
+    assert (kwargs["acks"], kwargs["enable_idempotence"]) == ("all", True)
+
+
+@pytest.mark.parametrize(("kafka", "named"), [
+    ({"acks": "0"}, "kafka.acks"),
+    ({"acks": "1", "enable_idempotence": True}, "kafka.enable_idempotence: needs acks"),
+])
+def test_acks_without_an_acknowledgement_or_idempotence_without_all_are_refused(
+        kafka: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict({"postgres": {"dsn": "postgresql://u@db/m?sslmode=verify-full"},
+                          "kafka": kafka})
+    assert named in str(raised.value)
