@@ -4,8 +4,8 @@ and the privileges it derives for the runtime role."""
 from __future__ import annotations
 
 from supervision.db.schema_contract import (
-    INDEXES,
     COLUMN_PRIVILEGES,
+    INDEXES,
     TABLE_ONLY_PRIVILEGES,
     CatalogIndex,
     normalized_predicate,
