@@ -99,3 +99,8 @@ SELECT NOT EXISTS (SELECT 1 FROM messenger.integration_outbox o WHERE o.id > %(a
    AND COALESCE((SELECT pg_current_wal_lsn() - s.confirmed_flush_lsn < %(max_retained)s
                  FROM pg_replication_slots s WHERE s.slot_name = %(slot)s), false)
        AS idle;
+
+-- name: outbox_slot_wal_keep_size --
+-- The most WAL a slot may retain before PostgreSQL invalidates it (-1: unlimited, a
+-- forgotten or stuck slot may fill the disk).
+SELECT current_setting('max_slot_wal_keep_size') AS keep_size;
