@@ -39,6 +39,7 @@ has not acknowledged.
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -48,7 +49,7 @@ import trio
 from actors.outbox.dead_letters import run_dead_letters
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.messages import Answered, Claim, DeadLetter
-from actors.outbox.metrics import OUTBOX_PUBLISHED
+from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
 from actors.outbox.publisher import run_publisher
 from actors.outbox.rows import Key, Malformed, Row
 from actors.outbox.settings import OutboxRelayConfig
@@ -83,9 +84,12 @@ class _Cycle:
         self.db, self.source, self.progress = db, source, progress
         self.slot_lock = trio.Lock()
         self.moved = trio.Event()  # set whenever events settle or the slot moves
+        self.committed: dict[int, float] = {}  # read, not settled: its commit time (epoch)
 
     def settled(self, ids: list[int]) -> None:
         self.progress.settle(ids)
+        for outbox_id in ids:
+            self.committed.pop(outbox_id, None)
         self.moved.set()
         self.moved = trio.Event()
 
@@ -185,7 +189,11 @@ async def _unsettled_rows(cycle: _Cycle, txns: list[Txn]) -> list[Row | Malforme
     rows: list[Row | Malformed] = []
     for txn in txns:
         done = cycle.progress.add(txn.end_lsn, [row.id for row in txn.rows])
-        rows.extend(row for row in txn.rows if row.id not in done)
+        committed = txn.commit_time.timestamp()
+        for row in txn.rows:
+            if row.id not in done:
+                rows.append(row)
+                cycle.committed[row.id] = committed
     keys: list[Key] = sorted({(row.topic, row.message_key) for row in rows})
     blocked = await cycle.db.run(blocking_keys, keys)
     if not blocked:
@@ -227,6 +235,11 @@ def _queued(inbox: trio.MemoryReceiveChannel[Answered]) -> list[Answered]:
 def _record(cycle: _Cycle, counts: RelayCounts, answers: list[Answered]) -> None:
     acked = [outbox_id for answered in answers for outbox_id in answered.acked]
     failed = [failure for answered in answers for failure in answered.failed]
+    now = time.time()
+    for outbox_id in acked:
+        committed = cycle.committed.get(outbox_id)
+        if committed is not None:
+            OUTBOX_DELIVERY.observe(max(0.0, now - committed))
     cycle.settled(acked)
     counts.published += len(acked)
     counts.failed += len(failed)

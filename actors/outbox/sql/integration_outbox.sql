@@ -78,10 +78,13 @@ SELECT EXISTS (
                         AND d.message_key = left(o.message_key, 400) AND d.outbox_id < o.id));
 
 -- name: outbox_mark_published --
--- Only after the broker acknowledged each of these rows.
+-- Only after the broker acknowledged each of these rows. Returns each marked row's
+-- delivery time, from created_at to now on the database's clock
+-- (safetynet_outbox_delivery_seconds).
 UPDATE messenger.integration_outbox
 SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
-WHERE id = ANY(%(ids)s) AND published_at IS NULL;
+WHERE id = ANY(%(ids)s) AND published_at IS NULL
+RETURNING EXTRACT(EPOCH FROM clock_timestamp() - created_at)::float8 AS delivery_seconds;
 
 -- name: outbox_mark_failed --
 UPDATE messenger.integration_outbox
