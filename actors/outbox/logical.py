@@ -47,6 +47,7 @@ import structlog
 import trio
 
 from actors.outbox.dead_letters import run_dead_letters
+from actors.outbox.handover import TableCycle, enter_logical, fall_back, record_passed
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.messages import Answered, Claim, DeadLetter
 from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
@@ -54,7 +55,13 @@ from actors.outbox.publisher import run_publisher
 from actors.outbox.rows import Key, Malformed, Row
 from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.slot import SlotProgress, Txn, transactions
-from actors.outbox.slot_io import advance_slot, blocking_keys, peek_slot, slot_confirmed
+from actors.outbox.slot_io import (
+    SlotGone,
+    advance_slot,
+    blocking_keys,
+    peek_slot,
+    slot_confirmed,
+)
 from actors.outbox.state import RelayCounts
 from actors.outbox.window import InHand, Window
 from supervision.db.database import Database
@@ -104,12 +111,31 @@ class _Cycle:
         self.settled([])
 
 
-async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float) -> None:
+async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
+                               table: TableCycle) -> None:
     """Slot reader → publisher → slot advancer and dead letters, until the publisher is
-    done; then the slot moves as far as every settled event allows."""
+    done; then the slot moves as far as every settled event allows. A slot missing or
+    invalidated: a *table* cycle instead; coming from the table source: a *table* cycle
+    first (:mod:`actors.outbox.handover`)."""
+    source = source_of(job.cfg)
+    try:
+        confirmed = await job.db.run(slot_confirmed, source)
+    except SlotGone as gone:
+        await fall_back(job, counts, deadline, gone, table)
+        return
+    if job.state.slot.recorded_source != "logical":
+        if not await enter_logical(job, source, counts, deadline, table):
+            return
+        confirmed = await job.db.run(slot_confirmed, source)  # the slot moved
+    await _run_slot_pipeline(job, counts, deadline, confirmed)
+    await record_passed(job)
+
+
+async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
+                             confirmed: int) -> None:
     cfg = job.cfg
     cycle = _Cycle(job.db, source_of(cfg), job.state.slot)
-    cycle.progress.begin_cycle(await job.db.run(slot_confirmed, cycle.source))
+    cycle.progress.begin_cycle(confirmed)
     in_hand = InHand(max_rows=2 * cfg.batch_size, max_bytes=cfg.claim_max_bytes)
     claims_send, claims_recv = trio.open_memory_channel[Claim](0)
     answers_send, answers_recv = trio.open_memory_channel[Answered](ANSWERS_QUEUE)
@@ -144,6 +170,7 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
             async with cycle.slot_lock:
                 peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
             cycle.progress.advanced(peeked.confirmed)
+            cycle.progress.marked(peeked.wal_position, peeked.xmin)
             read_upto = cycle.progress.read_upto
             txns = [t for t in transactions(peeked.records, max_row_bytes, read_upto)
                     if t.end_lsn > read_upto]

@@ -57,7 +57,10 @@ FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(upto_n)s,
 -- The WAL position before a peek (PostgreSQL < 17): a peek decodes the WAL flushed to
 -- disk, so a transaction committed with synchronous_commit = off shows up once the WAL
 -- writer has flushed it (within 3 x wal_writer_delay).
-SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn;
+-- With the oldest transaction id still running when the statement's snapshot was taken
+-- (before the position is read): every transaction below it ended before that position.
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn,
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin;
 
 -- name: outbox_slot_wal_flush --
 -- The WAL position before a peek (PostgreSQL >= 17), flushed: an empty non-transactional
@@ -65,7 +68,7 @@ SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn;
 -- flush => true, so transactions committed with synchronous_commit = off are decoded at
 -- once too. One tiny WAL record per peek.
 SELECT pg_logical_emit_message(false, 'safetynet_outbox', ''::text, true) - '0/0'::pg_lsn
-    AS lsn;
+    AS lsn, pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin;
 
 -- name: outbox_slot_advance --
 -- Moves the slot's confirmed position to %(lsn)s (never back: the server refuses a

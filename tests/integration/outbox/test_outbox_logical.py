@@ -19,6 +19,7 @@ import trio
 from actors.envelope import event_id
 from actors.leases.lock_keeper import CycleContext
 from actors.outbox.claimer import claim_batch
+from actors.outbox.handover import write_source
 from actors.outbox.logical_setup import (
     LogicalSetupRefused,
     LogicalSource,
@@ -61,11 +62,13 @@ def topic() -> str:
 @pytest.fixture
 def source(db_dsn: str) -> Iterator[LogicalSource]:
     """This test's publication and slot (slots are per server: a name of its own), dropped
-    after it (a database with a slot cannot be dropped)."""
+    after it (a database with a slot cannot be dropped); recorded as the relay's source
+    (actors.outbox.handover: the switch from the table is done)."""
     name = f"sn_{uuid.uuid4().hex[:12]}"
     src = LogicalSource(name, name)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert ensure_logical_source(conn, src) == [f"publication {name}", f"slot {name}"]
+        write_source(conn, "logical", None)  # switched in: the table had nothing waiting
     try:
         yield src
     finally:

@@ -1,0 +1,40 @@
+-- The relay's source hand-over (issue 37, migration 0018): which source relayed last and,
+-- for the logical source, the transaction id below which the slot has passed every
+-- transaction (actors/outbox/handover.py).
+
+-- name: outbox_relay_source_get --
+SELECT source, passed_xid FROM safetynet.outbox_relay_source WHERE id;
+
+-- name: outbox_relay_source_set --
+INSERT INTO safetynet.outbox_relay_source (id, source, passed_xid, updated_at)
+VALUES (true, %(source)s, %(passed_xid)s, now())
+ON CONFLICT (id) DO UPDATE
+SET source = EXCLUDED.source, passed_xid = EXCLUDED.passed_xid, updated_at = now();
+
+-- fragment: passed --
+-- An outbox row the logical source's slot has passed: written by a transaction older
+-- than %(passed_xid)s (age() compares 32-bit transaction ids from the current one; a
+-- frozen row is the oldest), unpublished in the table's terms, not a dead letter and not
+-- held behind a dead letter of its key (those stay for `safetynet replay`).
+o.published_at IS NULL
+AND (o.last_error IS NULL OR NOT o.last_error ^@ 'dead-letter:')
+AND age(o.xmin) > age(%(passed_xid)s::text::xid)
+AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d WHERE d.outbox_id = o.id)
+AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
+                WHERE d.blocks_key AND d.topic = left(o.topic, 249)
+                  AND d.message_key = left(o.message_key, 400) AND d.outbox_id < o.id)
+
+-- name: outbox_mark_passed --
+-- Before the table source claims after the logical source (a switch, or the slot lost):
+-- mark published a batch of the rows the slot passed, through ix_outbox_live; run until
+-- fewer than %(batch)s come back. One write of each such row, once.
+UPDATE messenger.integration_outbox
+SET published_at = now()
+WHERE id IN (SELECT o.id FROM messenger.integration_outbox o WHERE @{passed}
+             ORDER BY o.id LIMIT %(batch)s);
+
+-- name: outbox_unpublished_passed --
+-- Before the logical source reads after the table source: is a row of a transaction that
+-- ended before the slot's new start still unpublished (a failure, a back-off)? Then the
+-- table source goes on until none is.
+SELECT EXISTS (SELECT 1 FROM messenger.integration_outbox o WHERE @{passed}) AS waiting;
