@@ -38,3 +38,14 @@ WHERE id IN (SELECT o.id FROM messenger.integration_outbox o WHERE @{passed}
 -- ended before the slot's new start still unpublished (a failure, a back-off)? Then the
 -- table source goes on until none is.
 SELECT EXISTS (SELECT 1 FROM messenger.integration_outbox o WHERE @{passed}) AS waiting;
+
+-- name: outbox_delete_passed_before --
+-- Retention in the logical source, in small batches: rows older than %(retention)s seconds
+-- that the slot has passed (delivered: the logical source never sets published_at),
+-- oldest first through ix_outbox_created (created_at), never a scan of the outbox. Rows
+-- held behind a dead letter of their key, and dead letters, are not passed: they stay.
+DELETE FROM messenger.integration_outbox
+WHERE id = ANY (ARRAY(SELECT o.id FROM messenger.integration_outbox o
+                      WHERE o.created_at < now() - %(retention)s * interval '1 second'
+                        AND @{passed}
+                      ORDER BY o.created_at LIMIT %(limit)s));

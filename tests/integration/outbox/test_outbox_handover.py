@@ -14,8 +14,10 @@ from prometheus_client import REGISTRY
 
 from actors.outbox.handover import read_source
 from actors.outbox.logical_setup import LogicalSource
+from actors.outbox.retention import apply_retention
 from supervision.app.daemon import run_once
 from supervision.app.settings import Config
+from supervision.db.database import open_database
 from supervision.dev.kafka import KafkaServer
 from tests.conftest import make_config
 from tests.integration.outbox.test_outbox_logical import (
@@ -134,3 +136,25 @@ async def test_logical_to_table_sends_only_what_the_slot_had_not_delivered(
     seen = await published_ids(db_dsn, kafka_server, topic, expect=85)
     assert set(seen) == set(a + b + c), "no event lost"
     assert all(n == 1 for n in seen.values()), "nothing sent twice"
+
+
+async def test_retention_in_the_logical_source_deletes_only_rows_the_slot_passed(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
+    """A delivered by the slot, B committed after and not read, both 8 days old (an
+    UPDATE would give them a new transaction id: the writer's default says it):
+    retention (7 days) deletes A and keeps B; the relay then publishes B."""
+    cfg = logical_cfg(db_dsn, kafka_server, source)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE messenger.integration_outbox"
+                     " ALTER COLUMN created_at SET DEFAULT now() - interval '8 days'")
+    a = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["k"] * 20)
+    assert (await run_once(cfg, "outbox-relay"))["published"] == 20
+    b = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["k"] * 5)
+    async with open_database(db_dsn, size=1) as db:
+        removed = await apply_retention(db, cfg.outbox_relay, batch=7)
+    assert removed == 20
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        left = [r[0] for r in conn.execute(
+            "SELECT id FROM messenger.integration_outbox ORDER BY id").fetchall()]
+    assert left == b and not set(a) & set(left)
+    assert (await run_once(cfg, "outbox-relay"))["published"] == 5
