@@ -83,7 +83,8 @@ def unpublished_passed(conn: psycopg.Connection[Any], passed_xid: int) -> bool:
 async def _recorded(job: RelayJob) -> str | None:
     progress = job.state.slot
     if progress.recorded_source is None:
-        progress.recorded_source, progress.recorded_xid = await job.db.run(read_source)
+        # atomic, not run: behind the fence, like the writes that follow it
+        progress.recorded_source, progress.recorded_xid = await job.db.atomic(read_source)
     return progress.recorded_source
 
 

@@ -48,6 +48,7 @@ import trio
 
 from actors.outbox.dead_letters import run_dead_letters
 from actors.outbox.handover import TableCycle, enter_logical, fall_back, record_passed
+from actors.outbox.held import mark_held, run_held
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.messages import Answered, Claim, DeadLetter
 from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
@@ -127,6 +128,7 @@ async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: flo
         if not await enter_logical(job, source, counts, deadline, table):
             return
         confirmed = await job.db.run(slot_confirmed, source)  # the slot moved
+    await run_held(job, counts, deadline)  # a replay released a key: its held rows first
     await _run_slot_pipeline(job, counts, deadline, confirmed)
     await record_passed(job)
 
@@ -230,6 +232,8 @@ async def _unsettled_rows(cycle: _Cycle, txns: list[Txn]) -> list[Row | Malforme
     if passed:
         log.warning("outbox_blocked_events_passed", events=len(passed),
                     keys=len(blocked))
+        async with must_complete():  # marked held before the slot may pass them
+            await cycle.db.atomic(mark_held, passed)
         cycle.settled(passed)
     gone = set(passed)
     return [row for row in rows if row.id not in gone]

@@ -183,7 +183,13 @@ FOR UPDATE OF d;
 WITH gone AS (
     DELETE FROM safetynet.outbox_dead_letters WHERE outbox_id = ANY(%(ids)s::bigint[])
 )
-UPDATE messenger.integration_outbox SET last_error = NULL
+-- In the logical source (as safetynet.outbox_relay_source records it) the slot has
+-- passed the row already: it is marked held instead, so the relay finds it through
+-- ix_outbox_held and publishes it before the later rows of its key.
+UPDATE messenger.integration_outbox
+SET last_error = CASE WHEN EXISTS (SELECT 1 FROM safetynet.outbox_relay_source r
+                                   WHERE r.source = 'logical')
+                      THEN 'held: replayed' END
 WHERE id = ANY(%(ids)s::bigint[]) AND published_at IS NULL;
 
 -- name: outbox_wake_relays --

@@ -86,12 +86,24 @@ WHERE s.slot_name = %(slot)s;
 -- The logical source's claim filter: which of these (topic, key) pairs a dead letter
 -- blocks, and from which outbox id on (its later events are held, never published out of
 -- order). Through ix_dead_letters_blocking.
-SELECT d.topic, d.message_key, min(d.outbox_id) AS outbox_id
-FROM safetynet.outbox_dead_letters d
-JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS k(topic, message_key)
-  ON d.topic = left(k.topic, 249) AND d.message_key = left(k.message_key, 400)
-WHERE d.blocks_key
-GROUP BY d.topic, d.message_key;
+-- A key with rows held already (marked 'held:', not published: waiting for a replay, or
+-- replayed and not yet sent) is blocked from its lowest held id on too, through
+-- ix_outbox_held: its later events wait behind them, in order.
+WITH k AS (
+    SELECT DISTINCT topic, message_key
+    FROM unnest(%(topics)s::text[], %(keys)s::text[]) AS k(topic, message_key)
+)
+SELECT b.topic, b.message_key, min(b.outbox_id) AS outbox_id
+FROM (SELECT d.topic, d.message_key, d.outbox_id
+      FROM safetynet.outbox_dead_letters d
+      JOIN k ON d.topic = left(k.topic, 249) AND d.message_key = left(k.message_key, 400)
+      WHERE d.blocks_key
+      UNION ALL
+      SELECT left(o.topic, 249), left(o.message_key, 400), o.id
+      FROM messenger.integration_outbox o
+      JOIN k ON o.topic = k.topic AND o.message_key = k.message_key
+      WHERE o.published_at IS NULL AND o.last_error ^@ 'held:') b
+GROUP BY b.topic, b.message_key;
 
 -- name: outbox_slot_idle --
 -- The logical source's idle probe (no lease, no slot acquired): no outbox row above the

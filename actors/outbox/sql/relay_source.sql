@@ -15,9 +15,10 @@ SET source = EXCLUDED.source, passed_xid = EXCLUDED.passed_xid, updated_at = now
 -- An outbox row the logical source's slot has passed: written by a transaction older
 -- than %(passed_xid)s (age() compares 32-bit transaction ids from the current one; a
 -- frozen row is the oldest), unpublished in the table's terms, not a dead letter and not
--- held behind a dead letter of its key (those stay for `safetynet replay`).
+-- held behind a dead letter of its key (marked 'held:' by the logical source, or not yet:
+-- those stay for `safetynet replay`).
 o.published_at IS NULL
-AND (o.last_error IS NULL OR NOT o.last_error ^@ 'dead-letter:')
+AND (o.last_error IS NULL OR NOT (o.last_error ^@ 'dead-letter:' OR o.last_error ^@ 'held:'))
 AND age(o.xmin) > age(%(passed_xid)s::text::xid)
 AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d WHERE d.outbox_id = o.id)
 AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
@@ -49,3 +50,43 @@ WHERE id = ANY (ARRAY(SELECT o.id FROM messenger.integration_outbox o
                       WHERE o.created_at < now() - %(retention)s * interval '1 second'
                         AND @{passed}
                       ORDER BY o.created_at LIMIT %(limit)s));
+
+-- name: outbox_mark_held --
+-- The logical source passes the events of a key a dead letter (or an earlier held row)
+-- blocks: marked, so they are found through ix_outbox_held once the key is released
+-- (`safetynet replay`) and never taken for delivered. Rare: only a blocked key's rows.
+UPDATE messenger.integration_outbox
+SET last_error = 'held: behind an earlier event of its key that is not delivered'
+WHERE id = ANY(%(ids)s::bigint[]) AND published_at IS NULL;
+
+-- name: outbox_claim_held --
+-- The logical source's held rows whose key nothing blocks any more (a replay released
+-- it), in id order, through ix_outbox_held; the columns of outbox_claim_batch (no byte
+-- cap: held rows are few, a row over %(max_row_bytes)s comes without its payload).
+WITH held AS (
+    SELECT o.id,
+           octet_length(o.payload::text) + octet_length(o.headers::text)
+             + octet_length(o.topic) + octet_length(o.message_key)
+             + octet_length(o.dedupe_key) + octet_length(o.event_type) AS size
+    FROM messenger.integration_outbox o
+    WHERE o.published_at IS NULL AND o.last_error ^@ 'held:'
+      AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d WHERE d.outbox_id = o.id)
+      AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d
+                      WHERE d.blocks_key AND d.topic = left(o.topic, 249)
+                        AND d.message_key = left(o.message_key, 400) AND d.outbox_id < o.id)
+    ORDER BY o.id
+    LIMIT %(batch_size)s
+)
+SELECT o.id,
+       CASE WHEN h.size > %(max_row_bytes)s THEN left(o.topic, 256) ELSE o.topic END,
+       CASE WHEN h.size > %(max_row_bytes)s THEN left(o.message_key, 256)
+            ELSE o.message_key END,
+       CASE WHEN h.size > %(max_row_bytes)s THEN NULL ELSE o.dedupe_key END,
+       CASE WHEN h.size > %(max_row_bytes)s THEN NULL ELSE o.event_type END,
+       CASE WHEN h.size > %(max_row_bytes)s THEN NULL ELSE o.payload::text END,
+       jsonb_typeof(o.payload),
+       CASE WHEN h.size > %(max_row_bytes)s THEN NULL ELSE o.headers::text END,
+       h.size, h.size > %(max_row_bytes)s, count(*) OVER ()
+FROM held h
+JOIN messenger.integration_outbox o ON o.id = h.id
+ORDER BY o.id;

@@ -16,6 +16,7 @@ from actors.outbox.handover import read_source
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.retention import apply_retention
 from supervision.app.daemon import run_once
+from supervision.app.runbook import replay
 from supervision.app.settings import Config
 from supervision.db.database import open_database
 from supervision.dev.kafka import KafkaServer
@@ -26,7 +27,12 @@ from tests.integration.outbox.test_outbox_logical import (
     source,
     topic,
 )
-from tests.integration.outbox.test_outbox_relay import enqueue, outbox_by_event_id, read
+from tests.integration.outbox.test_outbox_relay import (
+    enqueue,
+    insert_raw,
+    outbox_by_event_id,
+    read,
+)
 
 __all__ = ["source", "topic"]  # the fixtures
 
@@ -158,3 +164,30 @@ async def test_retention_in_the_logical_source_deletes_only_rows_the_slot_passed
             "SELECT id FROM messenger.integration_outbox ORDER BY id").fetchall()]
     assert left == b and not set(a) & set(left)
     assert (await run_once(cfg, "outbox-relay"))["published"] == 5
+
+
+async def test_replay_in_the_logical_source_publishes_the_held_rows_after_it_in_order(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
+    """A malformed event of key a is dead-lettered and the later ones of a are held (the
+    slot passes them); fixed and replayed, it goes out, then the held ones, then an event
+    of a committed after the replay: per-key order kept, each once."""
+    cfg = logical_cfg(db_dsn, kafka_server, source)
+    bad = await trio.to_thread.run_sync(insert_raw, db_dsn, topic, "a", "[1]", "{}")
+    held = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "a", "a"])
+    await run_once(cfg, "outbox-relay")
+    more = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])  # held too
+    await run_once(cfg, "outbox-relay")
+    assert await read(kafka_server, topic) == []
+    with psycopg.connect(db_dsn) as conn:
+        conn.execute("UPDATE messenger.integration_outbox SET payload = '{\"fixed\": 1}'"
+                     " WHERE id = %s", (bad,))
+        conn.commit()
+        assert [r.outbox_id for r in replay(conn, [str(bad)])] == [bad]
+        conn.commit()
+    after = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])
+    await run_once(cfg, "outbox-relay")
+    messages = await read(kafka_server, topic, expect=6)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    # the malformed row had no event-id header (the relay derived one): the one not found
+    assert [by_event.get(m.headers["event-id"], bad) for m in messages] == [
+        bad, *held, *more, *after]
