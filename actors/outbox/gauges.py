@@ -21,8 +21,11 @@ from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.db.queries import QUERIES
 
 
-def refresh_outbox(conn: psycopg.Connection) -> None:
-    row = conn.execute(OUTBOX_QUERIES["outbox_stats"]).fetchone()
+def refresh_outbox(conn: psycopg.Connection, logical: bool = False) -> None:
+    """The outbox's figures; in the logical source from the slot's recorded position
+    (``outbox_stats_logical``: the newest 10,000 live rows)."""
+    row = conn.execute(OUTBOX_QUERIES["outbox_stats_logical" if logical else
+                                      "outbox_stats"]).fetchone()
     assert row is not None
     OUTBOX_UNPUBLISHED.set(int(row[0]))
     OUTBOX_OLDEST_AGE.set(float(row[1]))

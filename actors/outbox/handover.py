@@ -24,7 +24,8 @@ its rows are delivered. The logical source never marks rows published, so:
   during the drain go out twice at worst.
 
 The record is written at a change of source and, while the slot advances, at most every
-:data:`RECORD_EVERY` seconds: never per event. Every write runs behind the lease's fence.
+:data:`RECORD_EVERY` seconds (and after a cycle that published nothing): never per
+event. Every write runs behind the lease's fence.
 """
 
 from __future__ import annotations
@@ -83,8 +84,7 @@ def unpublished_passed(conn: psycopg.Connection[Any], passed_xid: int) -> bool:
 async def _recorded(job: RelayJob) -> str | None:
     progress = job.state.slot
     if progress.recorded_source is None:
-        # atomic, not run: behind the fence, like the writes that follow it
-        progress.recorded_source, progress.recorded_xid = await job.db.atomic(read_source)
+        progress.recorded_source, progress.recorded_xid = await job.db.run(read_source)
     return progress.recorded_source
 
 
@@ -152,13 +152,15 @@ async def enter_logical(job: RelayJob, source: LogicalSource, counts: RelayCount
     return True
 
 
-async def record_passed(job: RelayJob) -> None:
+async def record_passed(job: RelayJob, quiet: bool) -> None:
     """After a logical cycle: record how far the slot passed (at most every
-    :data:`RECORD_EVERY` seconds)."""
+    :data:`RECORD_EVERY` seconds while events flow; after a *quiet* cycle, one that
+    published nothing, at once: the relay may then idle for long)."""
     progress = job.state.slot
     xid = progress.passed_xid
     now = trio.current_time()
-    if xid is None or xid == progress.recorded_xid or now - progress.recorded_at < RECORD_EVERY:
+    if xid is None or xid == progress.recorded_xid or (
+            now - progress.recorded_at < RECORD_EVERY and not quiet):
         return
     await job.db.atomic(write_source, LOGICAL, xid)
     progress.recorded_xid, progress.recorded_at = xid, now

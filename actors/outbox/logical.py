@@ -130,7 +130,7 @@ async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: flo
         confirmed = await job.db.run(slot_confirmed, source)  # the slot moved
     await run_held(job, counts, deadline)  # a replay released a key: its held rows first
     await _run_slot_pipeline(job, counts, deadline, confirmed)
-    await record_passed(job)
+    await record_passed(job, quiet=counts.published == 0)
 
 
 async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
@@ -179,7 +179,7 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
             behind = len(peeked.records) >= upto_n
             upto_n = len(peeked.records) + batch_size
             if not txns:
-                if not peeked.records:
+                if not behind:  # all up to wal_position read (in this cycle, or none)
                     cycle.progress.caught_up(peeked.wal_position)
                 if not behind:
                     await _send(claims, Claim([], 0, at=at))

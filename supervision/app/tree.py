@@ -117,7 +117,8 @@ def refreshes(res: Resources) -> list[Refresh]:
     rf = res.cfg.jobs.recording_finalize
     slot: list[Refresh] = ([partial(refresh_slot, source=source_of(res.cfg.outbox_relay))]
                            if res.cfg.outbox_relay.source == "logical" else [])
-    return [refresh_finalize, refresh_outbox, refresh_notification_queue, *slot,
+    outbox = partial(refresh_outbox, logical=res.cfg.outbox_relay.source == "logical")
+    return [refresh_finalize, outbox, refresh_notification_queue, *slot,
             partial(refresh_recording_slo, sla=rf.finalize_sla_timeout,
                     interval=rf.polling_interval),
             partial(refresh_reaper_backlog, cfg=res.cfg.jobs.conference_reaper)]

@@ -90,3 +90,39 @@ SELECT o.id,
 FROM held h
 JOIN messenger.integration_outbox o ON o.id = h.id
 ORDER BY o.id;
+
+-- name: outbox_stats_logical --
+-- The gauges, `safetynet status` and the console in the logical source, which never sets
+-- published_at: of the newest 10,000 live rows (through ix_outbox_live, backwards), those
+-- the slot has not passed as the relay last recorded it (every row before the relay's
+-- first record), and the held ones; the oldest of them; the blocked keys and the dead
+-- letters as in outbox_stats. Capped: a relay more than 10,000 events behind shows
+-- 10,000 (safetynet_outbox_replication_lag_bytes says how far).
+WITH r AS (
+    SELECT (SELECT (passed_xid % 4294967296)::text::xid FROM safetynet.outbox_relay_source
+            WHERE id AND source = 'logical') AS passed
+),
+newest AS (
+    SELECT o.id, o.created_at, o.last_error, age(o.xmin) AS xmin_age
+    FROM messenger.integration_outbox o
+    WHERE o.published_at IS NULL
+      AND (o.last_error IS NULL OR NOT o.last_error ^@ 'dead-letter:')
+    ORDER BY o.id DESC
+    LIMIT 10000
+),
+waiting AS (
+    SELECT n.created_at FROM newest n, r
+    WHERE NOT COALESCE(n.xmin_age > age(r.passed)
+                       AND (n.last_error IS NULL OR NOT n.last_error ^@ 'held:'), false)
+      AND NOT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters d WHERE d.outbox_id = n.id)
+)
+SELECT (SELECT count(*) FROM waiting) AS unpublished,
+       COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM waiting)), 0)::float8
+           AS oldest_age_seconds,
+       (SELECT count(*) FROM (
+            SELECT DISTINCT d.topic, d.message_key FROM safetynet.outbox_dead_letters d
+            WHERE d.blocks_key AND EXISTS (
+                SELECT 1 FROM messenger.integration_outbox o2
+                WHERE left(o2.topic, 249) = d.topic AND left(o2.message_key, 400) = d.message_key
+                  AND o2.id > d.outbox_id AND o2.published_at IS NULL)) k) AS blocked_keys,
+       (SELECT count(*) FROM safetynet.outbox_dead_letters) AS dead_lettered;

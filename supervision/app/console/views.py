@@ -115,7 +115,8 @@ def outbox(conn: psycopg.Connection, after: int, before: int | None,
            source: LogicalSource | None = None) -> dict[str, Any]:
     """Unpublished rows (a page in id order), dead letters (a page, newest first); in the
     logical source, the slot (the WAL it retains, its state)."""
-    stats = _rows(conn, "console_outbox_stats", {})[0]
+    stats = _rows(conn, "console_outbox_stats" if source is None else
+                  "outbox_stats_logical", {})[0]
     slot = None if source is None else slot_figures(conn, source)
     rows = _rows(conn, "console_outbox_unpublished_page", {"after": after, "limit": PAGE + 1})
     dead = _rows(conn, "console_dead_letters_page", {
