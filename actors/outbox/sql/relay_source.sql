@@ -99,7 +99,7 @@ ORDER BY o.id;
 -- letters as in outbox_stats. Capped: a relay more than 10,000 events behind shows
 -- 10,000 (safetynet_outbox_replication_lag_bytes says how far).
 WITH r AS (
-    SELECT (SELECT (passed_xid % 4294967296)::text::xid FROM safetynet.outbox_relay_source
+    SELECT (SELECT mod(passed_xid, 4294967296)::text::xid FROM safetynet.outbox_relay_source
             WHERE id AND source = 'logical') AS passed
 ),
 newest AS (

@@ -118,7 +118,8 @@ def outbox(conn: psycopg.Connection, after: int, before: int | None,
     stats = _rows(conn, "console_outbox_stats" if source is None else
                   "outbox_stats_logical", {})[0]
     slot = None if source is None else slot_figures(conn, source)
-    rows = _rows(conn, "console_outbox_unpublished_page", {"after": after, "limit": PAGE + 1})
+    rows = _rows(conn, "console_outbox_unpublished_page" if source is None else
+                 "console_outbox_unpublished_page_logical", {"after": after, "limit": PAGE + 1})
     dead = _rows(conn, "console_dead_letters_page", {
         "before": before if before is not None else 2**63 - 1, "limit": PAGE + 1})
     return {"stats": stats, "slot": slot, "rows": rows[:PAGE],
