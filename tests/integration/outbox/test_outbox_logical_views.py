@@ -8,6 +8,7 @@ import psycopg
 import trio
 from prometheus_client import REGISTRY
 
+from actors.audit.invariants import Invariant, Thresholds, judge_database
 from actors.outbox.gauges import refresh_outbox
 from actors.outbox.logical_setup import LogicalSource
 from supervision.app.daemon import run_once
@@ -45,3 +46,20 @@ async def test_the_figures_follow_the_slot_and_count_the_held_rows(
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         shown = status(conn, cfg)
     assert shown.outbox["unpublished"] == 2 and waiting
+
+
+async def test_the_auditor_judges_unpublished_rows_from_the_slots_position(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
+    """Rows an hour old: those the slot delivered are not `unpublished` violations (their
+    published_at stays NULL), one written after and not read is."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE messenger.integration_outbox"
+                     " ALTER COLUMN created_at SET DEFAULT now() - interval '1 hour'")
+    await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b"])
+    assert (await run_once(logical_cfg(db_dsn, kafka_server, source, retention="2h"),
+                           "outbox-relay"))["published"] == 2
+    (late,) = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["c"])
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        found = judge_database(conn, Thresholds(relay_lag_s=60))
+    assert [(v.invariant, v.subject) for v in found
+            if v.invariant is Invariant.UNPUBLISHED] == [(Invariant.UNPUBLISHED, str(late))]
