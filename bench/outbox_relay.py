@@ -79,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from actors.envelope import event_headers
 from actors.kafka.producer import KafkaProducer, OutMessage
 from actors.leases.lock_keeper import CycleContext, serve_lock_keeper
+from actors.outbox.handover import write_source
 from actors.outbox.listener import serve_outbox_listener
 from actors.outbox.logical import source_of
 from actors.outbox.logical_setup import ensure_logical_source
@@ -483,6 +484,7 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
     if args.source == "logical":
         with psycopg.connect(pg.dsn, autocommit=True) as conn:
             ensure_logical_source(conn, source_of(cfg.outbox_relay))
+            write_source(conn, "logical", None)  # the outbox is empty: nothing to hand over
     tag = uuid.uuid4().hex[:8]
     work = Workload(args.rows, args.keys)
     gc.freeze()  # as `safetynet run` does at start; the bench's own rows are not the relay's

@@ -39,6 +39,7 @@ has not acknowledged.
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -46,14 +47,22 @@ import structlog
 import trio
 
 from actors.outbox.dead_letters import run_dead_letters
+from actors.outbox.handover import TableCycle, enter_logical, fall_back, record_passed
+from actors.outbox.held import mark_held, run_held
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.messages import Answered, Claim, DeadLetter
-from actors.outbox.metrics import OUTBOX_PUBLISHED
+from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
 from actors.outbox.publisher import run_publisher
 from actors.outbox.rows import Key, Malformed, Row
 from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.slot import SlotProgress, Txn, transactions
-from actors.outbox.slot_io import advance_slot, blocking_keys, peek_slot, slot_confirmed
+from actors.outbox.slot_io import (
+    SlotGone,
+    advance_slot,
+    blocking_keys,
+    peek_slot,
+    slot_confirmed,
+)
 from actors.outbox.state import RelayCounts
 from actors.outbox.window import InHand, Window
 from supervision.db.database import Database
@@ -83,9 +92,12 @@ class _Cycle:
         self.db, self.source, self.progress = db, source, progress
         self.slot_lock = trio.Lock()
         self.moved = trio.Event()  # set whenever events settle or the slot moves
+        self.committed: dict[int, float] = {}  # read, not settled: its commit time (epoch)
 
     def settled(self, ids: list[int]) -> None:
         self.progress.settle(ids)
+        for outbox_id in ids:
+            self.committed.pop(outbox_id, None)
         self.moved.set()
         self.moved = trio.Event()
 
@@ -100,12 +112,32 @@ class _Cycle:
         self.settled([])
 
 
-async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float) -> None:
+async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
+                               table: TableCycle) -> None:
     """Slot reader → publisher → slot advancer and dead letters, until the publisher is
-    done; then the slot moves as far as every settled event allows."""
+    done; then the slot moves as far as every settled event allows. A slot missing or
+    invalidated: a *table* cycle instead; coming from the table source: a *table* cycle
+    first (:mod:`actors.outbox.handover`)."""
+    source = source_of(job.cfg)
+    try:
+        confirmed = await job.db.run(slot_confirmed, source)
+    except SlotGone as gone:
+        await fall_back(job, counts, deadline, gone, table)
+        return
+    if job.state.slot.recorded_source != "logical":
+        if not await enter_logical(job, source, counts, deadline, table):
+            return
+        confirmed = await job.db.run(slot_confirmed, source)  # the slot moved
+    await run_held(job, counts, deadline)  # a replay released a key: its held rows first
+    await _run_slot_pipeline(job, counts, deadline, confirmed)
+    await record_passed(job, quiet=counts.published == 0)
+
+
+async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
+                             confirmed: int) -> None:
     cfg = job.cfg
     cycle = _Cycle(job.db, source_of(cfg), job.state.slot)
-    cycle.progress.begin_cycle(await job.db.run(slot_confirmed, cycle.source))
+    cycle.progress.begin_cycle(confirmed)
     in_hand = InHand(max_rows=2 * cfg.batch_size, max_bytes=cfg.claim_max_bytes)
     claims_send, claims_recv = trio.open_memory_channel[Claim](0)
     answers_send, answers_recv = trio.open_memory_channel[Answered](ANSWERS_QUEUE)
@@ -140,13 +172,14 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
             async with cycle.slot_lock:
                 peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
             cycle.progress.advanced(peeked.confirmed)
+            cycle.progress.marked(peeked.wal_position, peeked.xmin)
             read_upto = cycle.progress.read_upto
             txns = [t for t in transactions(peeked.records, max_row_bytes, read_upto)
                     if t.end_lsn > read_upto]
             behind = len(peeked.records) >= upto_n
             upto_n = len(peeked.records) + batch_size
             if not txns:
-                if not peeked.records:
+                if not behind:  # all up to wal_position read (in this cycle, or none)
                     cycle.progress.caught_up(peeked.wal_position)
                 if not behind:
                     await _send(claims, Claim([], 0, at=at))
@@ -185,7 +218,11 @@ async def _unsettled_rows(cycle: _Cycle, txns: list[Txn]) -> list[Row | Malforme
     rows: list[Row | Malformed] = []
     for txn in txns:
         done = cycle.progress.add(txn.end_lsn, [row.id for row in txn.rows])
-        rows.extend(row for row in txn.rows if row.id not in done)
+        committed = txn.commit_time.timestamp()
+        for row in txn.rows:
+            if row.id not in done:
+                rows.append(row)
+                cycle.committed[row.id] = committed
     keys: list[Key] = sorted({(row.topic, row.message_key) for row in rows})
     blocked = await cycle.db.run(blocking_keys, keys)
     if not blocked:
@@ -195,6 +232,8 @@ async def _unsettled_rows(cycle: _Cycle, txns: list[Txn]) -> list[Row | Malforme
     if passed:
         log.warning("outbox_blocked_events_passed", events=len(passed),
                     keys=len(blocked))
+        async with must_complete():  # marked held before the slot may pass them
+            await cycle.db.atomic(mark_held, passed)
         cycle.settled(passed)
     gone = set(passed)
     return [row for row in rows if row.id not in gone]
@@ -227,6 +266,11 @@ def _queued(inbox: trio.MemoryReceiveChannel[Answered]) -> list[Answered]:
 def _record(cycle: _Cycle, counts: RelayCounts, answers: list[Answered]) -> None:
     acked = [outbox_id for answered in answers for outbox_id in answered.acked]
     failed = [failure for answered in answers for failure in answered.failed]
+    now = time.time()
+    for outbox_id in acked:
+        committed = cycle.committed.get(outbox_id)
+        if committed is not None:
+            OUTBOX_DELIVERY.observe(max(0.0, now - committed))
     cycle.settled(acked)
     counts.published += len(acked)
     counts.failed += len(failed)

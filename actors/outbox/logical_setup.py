@@ -16,7 +16,8 @@ never changed: a publication of other tables or operations, or a slot of another
 database, is :class:`LogicalSourceMismatch`. ``wal_level`` must be ``logical`` (a server
 restart applies it).
 
-Meant for ``safetynet migrate`` (the integrator wires it) and for tests; :func:`drop_logical_source`
+``safetynet migrate`` runs :func:`ensure_logical_source` last when ``[outbox_relay] source
+= "logical"`` (``--print-sql`` prints :func:`pending_statements`); :func:`drop_logical_source`
 is the uninstall (a forgotten slot keeps the server's WAL for ever).
 
 The slot's creation waits for the transactions running at that moment to end; it holds no
@@ -35,7 +36,8 @@ from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.errors import SafetynetError
 
 __all__ = ["LogicalSetupRefused", "LogicalSource", "LogicalSourceMismatch",
-           "drop_logical_source", "ensure_logical_source", "setup_statements"]
+           "drop_logical_source", "ensure_logical_source", "pending_statements",
+           "setup_statements"]
 
 OUTBOX_TABLE = "messenger.integration_outbox"
 
@@ -72,6 +74,15 @@ def setup_statements(source: LogicalSource) -> list[str]:
     ]
 
 
+def pending_statements(conn: psycopg.Connection[Any], source: LogicalSource) -> list[str]:
+    """The statements of :func:`setup_statements` whose object is missing (what
+    ``migrate --print-sql`` prints); :class:`LogicalSourceMismatch` if one exists but is
+    not what the relay reads."""
+    publication, slot = setup_statements(source)
+    return ([publication] if _check_publication(conn, source) is None else []) + (
+        [slot] if _check_slot(conn, source) is None else [])
+
+
 def _publication(source: LogicalSource) -> dict[str, Any]:
     return {"publication": source.publication}
 
@@ -86,7 +97,7 @@ def ensure_logical_source(conn: psycopg.Connection[Any], source: LogicalSource) 
     if level is None or level[0] != "logical":
         raise LogicalSetupRefused(
             f"wal_level is {level[0] if level else 'unknown'}, not logical (set wal_level ="
-            " logical and restart the server)", setup_statements(source))
+            " logical and restart the server)", pending_statements(conn, source))
     created = []
     if _check_publication(conn, source) is None:
         _create(conn, source, sql.SQL(OUTBOX_QUERIES["outbox_publication_create"]).format(
@@ -107,7 +118,7 @@ def _create(conn: psycopg.Connection[Any], source: LogicalSource,
     except psycopg.errors.InsufficientPrivilege as exc:
         first = str(exc).strip().splitlines()[0]
         raise LogicalSetupRefused(f"postgres: {first} (it needs {needs})",
-                                  setup_statements(source)) from exc
+                                  pending_statements(conn, source)) from exc
 
 
 def _check_publication(conn: psycopg.Connection[Any],

@@ -66,6 +66,7 @@ from actors.leases.lock_keeper import (
 from actors.outbox.claimer import run_claimer
 from actors.outbox.cycle import CycleLedger, RelayCycle
 from actors.outbox.dead_letters import run_cycle_dead_letters
+from actors.outbox.handover import enter_table
 from actors.outbox.logical import run_logical_pipeline, source_of
 from actors.outbox.marker import run_marker
 from actors.outbox.messages import Answered, Claim, DeadLetter
@@ -114,8 +115,9 @@ async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
             deadline = trio.current_time() + job.max_run_duration
             if await connect(job.producer, job.state):
                 if job.cfg.source == "logical":
-                    await run_logical_pipeline(job, counts, deadline)
+                    await run_logical_pipeline(job, counts, deadline, _run_pipeline)
                 else:
+                    await enter_table(job)  # after the logical source: what it passed
                     await _run_pipeline(job, counts, deadline)
         finally:
             report_health(job.state)

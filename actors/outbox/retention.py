@@ -3,7 +3,9 @@
 >>> removed = await apply_retention(job.db, job.cfg, batch=1000)
 
 Inputs: the database, ``outbox_relay.retention`` and ``dead_letter_retention``. Outputs:
-published rows older than ``retention`` deleted, and dead letters older than
+published rows older than ``retention`` deleted (in the logical source also the rows its
+slot has passed, as recorded by :mod:`actors.outbox.handover`, through
+``ix_outbox_created``), and dead letters older than
 ``dead_letter_retention`` deleted with their rows (never one that still blocks later rows
 of its key: releasing a key is an operator's decision); the ``outbox_retention_deleted``
 and ``outbox_dead_letters_purged`` log lines. Restart type: none — the relay's cycle runs
@@ -36,6 +38,17 @@ def delete_published(conn: psycopg.Connection, retention: float, limit: int) -> 
                         {"retention": retention, "limit": limit}).rowcount
 
 
+def delete_passed(conn: psycopg.Connection, retention: float, limit: int) -> int:
+    """Logical source: delete up to *limit* rows older than *retention* seconds that the
+    slot has passed (the recorded ``passed_xid``; none recorded: none)."""
+    row = conn.execute(OUTBOX_QUERIES["outbox_relay_source_get"]).fetchone()
+    if row is None or row[0] != "logical" or row[1] is None:
+        return 0
+    return conn.execute(OUTBOX_QUERIES["outbox_delete_passed_before"], {
+        "retention": retention, "limit": limit,
+        "passed_xid": str(int(row[1]) % 2**32)}).rowcount
+
+
 def purge_dead_letters(conn: psycopg.Connection, retention: float, limit: int) -> list[int]:
     """Delete up to *limit* dead letters older than *retention* seconds with their outbox
     rows (not those that still block later rows of their key); the purged ids."""
@@ -49,11 +62,13 @@ async def apply_retention(db: Database, cfg: OutboxRelayConfig, batch: int,
     than ``outbox_relay.dead_letter_retention`` with their rows, *batch* rows per
     transaction, at most *max_batches* of each; how many rows went."""
     deleted = purged = 0
-    for _ in range(max_batches):
-        n = await db.atomic(delete_published, cfg.retention, batch)
-        deleted += n
-        if n < batch:
-            break
+    deletes = [delete_published] + ([delete_passed] if cfg.source == "logical" else [])
+    for delete in deletes:
+        for _ in range(max_batches):
+            n = await db.atomic(delete, cfg.retention, batch)
+            deleted += n
+            if n < batch:
+                break
     for _ in range(max_batches):
         ids = await db.atomic(purge_dead_letters, cfg.dead_letter_retention, batch)
         purged += len(ids)

@@ -23,6 +23,7 @@ above the slot's position).
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -43,6 +44,7 @@ from actors.outbox.pgoutput import (
 from actors.outbox.rows import Malformed, Row, json_type, parse_claimed
 
 OUTBOX_RELATION = ("messenger", "integration_outbox")
+MAX_MARKS = 64  # WAL marks kept until the slot passes them (older ones give way)
 COLUMNS = ("id", "topic", "message_key", "dedupe_key", "event_type", "payload", "headers")
 
 
@@ -164,8 +166,15 @@ class SlotProgress:
     max_id: int = 0  # the highest outbox id read (the idle probe's mark)
     idle_upto: int = 0  # a WAL position up to which no outbox change is left to read
     settled: dict[int, set[int]] = attrs.field(factory=dict)
+    # the hand-over (actors.outbox.handover): every transaction id below passed_xid has
+    # been passed by the slot; the source recorded in the database (None: not read yet)
+    passed_xid: int | None = None
+    recorded_source: str | None = None
+    recorded_xid: int | None = None
+    recorded_at: float = -math.inf
     _open: deque[_Open] = attrs.field(factory=deque)
     _where: dict[int, _Open] = attrs.field(factory=dict)
+    _marks: deque[tuple[int, int]] = attrs.field(factory=deque)  # (WAL position, xmin)
 
     def begin_cycle(self, confirmed: int) -> None:
         """A cycle reads again from the slot's confirmed position."""
@@ -173,6 +182,19 @@ class SlotProgress:
         self._open.clear()
         self._where.clear()
         self._forget_below(confirmed)
+
+    def marked(self, wal_position: int, xmin: int) -> None:
+        """Before a peek: every transaction id below *xmin* had ended by *wal_position*;
+        once the slot passes that position, they are all passed (:attr:`passed_xid`)."""
+        if xmin and (not self._marks or xmin > self._marks[-1][1]):
+            self._marks.append((wal_position, xmin))
+            if len(self._marks) > MAX_MARKS:
+                self._marks.popleft()
+        self._promote()
+
+    def _promote(self) -> None:
+        while self._marks and self._marks[0][0] <= self.confirmed:
+            self.passed_xid = max(self.passed_xid or 0, self._marks.popleft()[1])
 
     @property
     def open_events(self) -> int:
@@ -222,6 +244,7 @@ class SlotProgress:
         while self._open and self._open[0].end_lsn <= self.confirmed:
             self._open.popleft()
         self._forget_below(self.confirmed)
+        self._promote()
 
     def _forget_below(self, lsn: int) -> None:
         for end_lsn in [end for end in self.settled if end <= lsn]:

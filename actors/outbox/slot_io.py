@@ -34,6 +34,7 @@ class Peeked:
     wal_position: int
     confirmed: int
     records: list[tuple[int, bytes]]
+    xmin: int = 0  # every transaction id below it had ended before wal_position
 
 
 def _slot_in_use(source: LogicalSource, exc: psycopg.Error) -> InfrastructureError:
@@ -41,13 +42,31 @@ def _slot_in_use(source: LogicalSource, exc: psycopg.Error) -> InfrastructureErr
     return InfrastructureError(f"postgres: replication slot {source.slot}: {first}")
 
 
+class SlotGone(InfrastructureError):
+    """The slot does not exist, or PostgreSQL invalidated it (``wal_status = 'lost'``):
+    the relay falls back to the table (:mod:`actors.outbox.handover`)."""
+
+
 def slot_confirmed(conn: psycopg.Connection[Any], source: LogicalSource) -> int:
     row = conn.execute(OUTBOX_QUERIES["outbox_slot_describe"], {"slot": source.slot}
                        ).fetchone()
     if row is None:
-        raise InfrastructureError(f"postgres: replication slot {source.slot} does not exist "
-                                  "(safetynet migrate creates it)")
+        raise SlotGone(f"postgres: replication slot {source.slot} does not exist "
+                       "(safetynet migrate creates it)")
+    if row[3] == "lost":
+        raise SlotGone(f"postgres: replication slot {source.slot} was invalidated "
+                       "(wal_status lost: it retained more than max_slot_wal_keep_size)")
     return int(row[5])
+
+
+def wal_mark(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """The current WAL position and the oldest transaction id running before it was read
+    (every transaction below it had ended by then)."""
+    flush = conn.info.server_version >= FLUSH_FROM_VERSION
+    row = conn.execute(OUTBOX_QUERIES["outbox_slot_wal_flush" if flush else
+                                      "outbox_slot_wal_position"]).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def peek_slot(conn: psycopg.Connection[Any], source: LogicalSource, upto_n: int) -> Peeked:
@@ -66,7 +85,7 @@ def peek_slot(conn: psycopg.Connection[Any], source: LogicalSource, upto_n: int)
     except psycopg.errors.ObjectInUse as exc:
         raise _slot_in_use(source, exc) from exc
     return Peeked(int(position[0]), confirmed,
-                  [(int(lsn), bytes(data)) for lsn, data in records])
+                  [(int(lsn), bytes(data)) for lsn, data in records], int(position[1]))
 
 
 def advance_slot(conn: psycopg.Connection[Any], source: LogicalSource, lsn: int) -> int:

@@ -62,6 +62,8 @@ def status(conn: psycopg.Connection, cfg: Config, outbox_query: str = "outbox_st
     """What `safetynet status` prints; *outbox_query* names the outbox figures' statement
     (the console's is capped, console_outbox_stats)."""
     rf, cr = cfg.jobs.recording_finalize, cfg.jobs.conference_reaper
+    if cfg.outbox_relay.source == "logical":  # published_at is never set: the slot's view
+        outbox_query = "outbox_stats_logical"
     current = finalize_stats(conn)
     with conn.cursor(row_factory=dict_row) as cur:
         slo = cur.execute(FINALIZE_QUERIES["slo_recordings"], {

@@ -38,8 +38,9 @@ from actors.kafka.producer import KafkaProducer
 from actors.leases.lock_keeper import LockedJob, serve_lock_keeper
 from actors.leases.scan_leader import scan_lease, serve_scan_leader, stand_by
 from actors.metrics_exporter import Readiness, serve_metrics_exporter
-from actors.outbox.gauges import refresh_notification_queue, refresh_outbox
+from actors.outbox.gauges import refresh_notification_queue, refresh_outbox, refresh_slot
 from actors.outbox.listener import APPLICATION_NAME, serve_outbox_listener
+from actors.outbox.logical import source_of
 from actors.outbox.relay import RelayCounts, RelayJob, relay_idle, run_relay_cycle
 from actors.reaper.cycle import ReaperJob, run_reaper_cycle
 from actors.reaper.gauges import refresh_reaper_backlog
@@ -114,7 +115,10 @@ def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
 def refreshes(res: Resources) -> list[Refresh]:
     """The database-derived gauges, each one cheap query."""
     rf = res.cfg.jobs.recording_finalize
-    return [refresh_finalize, refresh_outbox, refresh_notification_queue,
+    slot: list[Refresh] = ([partial(refresh_slot, source=source_of(res.cfg.outbox_relay))]
+                           if res.cfg.outbox_relay.source == "logical" else [])
+    outbox = partial(refresh_outbox, logical=res.cfg.outbox_relay.source == "logical")
+    return [refresh_finalize, outbox, refresh_notification_queue, *slot,
             partial(refresh_recording_slo, sla=rf.finalize_sla_timeout,
                     interval=rf.polling_interval),
             partial(refresh_reaper_backlog, cfg=res.cfg.jobs.conference_reaper)]

@@ -200,6 +200,9 @@ INDEXES: tuple[Index, ...] = (
           "published_at IS NULL AND (last_error IS NULL OR NOT last_error ^@ 'dead-letter:')",
           why="the relay's claim, idle probe and gauges read live rows only, never the "
               "dead letters (the queries repeat this predicate word for word)"),
+    Index("ix_outbox_held", "integration_outbox", ("id",), frozenset([RELAY]),
+          "published_at IS NULL AND last_error ^@ 'held:'", why="logical source: rows held "
+          "behind a dead letter of their key (few), published after a replay"),
     Index("ix_recording_file_id", "call_recordings", ("file_id",), frozenset(),
           "file_id IS NOT NULL", why="the console's search by file id"),
     Index("ix_rfa_queue", "recording_finalize_attempts", ("status", "next_attempt_at", "id"),

@@ -101,12 +101,36 @@ ORDER BY o.id
 LIMIT %(limit)s;
 
 -- name: audit_outbox_unpublished --
--- Outbox rows still unpublished past the relay lag (ix_outbox_unpublished).
-SELECT id, topic, dedupe_key,
-       floor(extract(epoch FROM now() - created_at))::bigint AS age_seconds
-FROM messenger.integration_outbox
-WHERE published_at IS NULL AND created_at < now() - %(relay_lag)s * interval '1 second'
-ORDER BY id
+-- Outbox rows still unpublished past the relay lag (ix_outbox_unpublished). In the
+-- relay's logical source (safetynet.outbox_relay_source; published_at is never set):
+-- among the newest 10,000 unpublished rows, those the slot has not passed as the relay
+-- last recorded it (dead letters and held rows are the dead letters' invariants).
+WITH r AS (
+    SELECT s.source = 'logical' AS logical,
+           mod(s.passed_xid, 4294967296)::text::xid AS passed
+    FROM (SELECT NULL) x
+    LEFT JOIN safetynet.outbox_relay_source s ON s.id
+)
+SELECT u.id, u.topic, u.dedupe_key,
+       floor(extract(epoch FROM now() - u.created_at))::bigint AS age_seconds
+FROM (SELECT o.id, o.topic, o.dedupe_key, o.created_at
+      FROM messenger.integration_outbox o
+      WHERE NOT COALESCE((SELECT logical FROM r), false)
+        AND o.published_at IS NULL
+        AND o.created_at < now() - %(relay_lag)s * interval '1 second'
+      UNION ALL
+      SELECT n.id, n.topic, n.dedupe_key, n.created_at
+      FROM (SELECT o.id, o.topic, o.dedupe_key, o.created_at, o.last_error,
+                   age(o.xmin) AS xmin_age
+            FROM messenger.integration_outbox o
+            WHERE COALESCE((SELECT logical FROM r), false) AND o.published_at IS NULL
+            ORDER BY o.id DESC
+            LIMIT 10000) n
+      WHERE n.created_at < now() - %(relay_lag)s * interval '1 second'
+        AND (n.last_error IS NULL OR NOT (n.last_error ^@ 'dead-letter:'
+                                          OR n.last_error ^@ 'held:'))
+        AND NOT COALESCE(n.xmin_age > age((SELECT passed FROM r)), false)) u
+ORDER BY u.id
 LIMIT %(limit)s;
 
 -- name: audit_recordings_active --
@@ -199,11 +223,23 @@ LIMIT %(limit)s;
 -- name: audit_outbox_by_subjects --
 -- The outbox rows of the events read from Kafka (by topic + dedupe key, ux_outbox_dedupe)
 -- plus every row published in the window: what the topic read is compared with.
+-- In the relay's logical source (published_at is never set) a row is published once the
+-- slot has passed it as the relay recorded it, and judged when it was created in the
+-- window and recorded passed before the topic was read.
+WITH r AS (
+    SELECT mod(s.passed_xid, 4294967296)::text::xid AS passed, s.updated_at
+    FROM safetynet.outbox_relay_source s WHERE s.id AND s.source = 'logical'
+)
 SELECT o.id, o.topic, o.message_key, o.dedupe_key, o.payload,
-       o.published_at IS NOT NULL AS published,
-       o.published_at >= now() - %(judged)s * interval '1 second'
-           AND o.published_at < %(read_at)s AS judged
+       o.published_at IS NOT NULL
+           OR COALESCE(age(o.xmin) > age(r.passed), false) AS published,
+       (o.published_at >= now() - %(judged)s * interval '1 second'
+           AND o.published_at < %(read_at)s)
+       OR COALESCE(age(o.xmin) > age(r.passed)
+                   AND o.created_at >= now() - %(judged)s * interval '1 second'
+                   AND r.updated_at < %(read_at)s, false) AS judged
 FROM messenger.integration_outbox o
+LEFT JOIN r ON true
 WHERE o.topic IN (%(rec_topic)s, %(conf_topic)s)
   AND (o.dedupe_key = ANY(%(subjects)s)
        OR o.created_at >= now() - %(window)s * interval '1 second')

@@ -91,10 +91,13 @@ SELECT EXISTS (
                         AND d.message_key = left(o.message_key, 400) AND d.outbox_id < o.id));
 
 -- name: outbox_mark_published --
--- Only after the broker acknowledged each of these rows.
+-- Only after the broker acknowledged each of these rows. Returns each marked row's
+-- delivery time, from created_at to now on the database's clock
+-- (safetynet_outbox_delivery_seconds).
 UPDATE messenger.integration_outbox
 SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
-WHERE id = ANY(%(ids)s) AND published_at IS NULL;
+WHERE id = ANY(%(ids)s) AND published_at IS NULL
+RETURNING EXTRACT(EPOCH FROM clock_timestamp() - created_at)::float8 AS delivery_seconds;
 
 -- name: outbox_mark_failed --
 UPDATE messenger.integration_outbox
@@ -193,7 +196,13 @@ FOR UPDATE OF d;
 WITH gone AS (
     DELETE FROM safetynet.outbox_dead_letters WHERE outbox_id = ANY(%(ids)s::bigint[])
 )
-UPDATE messenger.integration_outbox SET last_error = NULL
+-- In the logical source (as safetynet.outbox_relay_source records it) the slot has
+-- passed the row already: it is marked held instead, so the relay finds it through
+-- ix_outbox_held and publishes it before the later rows of its key.
+UPDATE messenger.integration_outbox
+SET last_error = CASE WHEN EXISTS (SELECT 1 FROM safetynet.outbox_relay_source r
+                                   WHERE r.source = 'logical')
+                      THEN 'held: replayed' END
 WHERE id = ANY(%(ids)s::bigint[]) AND published_at IS NULL;
 
 -- name: outbox_wake_relays --

@@ -57,7 +57,10 @@ FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(upto_n)s,
 -- The WAL position before a peek (PostgreSQL < 17): a peek decodes the WAL flushed to
 -- disk, so a transaction committed with synchronous_commit = off shows up once the WAL
 -- writer has flushed it (within 3 x wal_writer_delay).
-SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn;
+-- With the oldest transaction id still running when the statement's snapshot was taken
+-- (before the position is read): every transaction below it ended before that position.
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn,
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin;
 
 -- name: outbox_slot_wal_flush --
 -- The WAL position before a peek (PostgreSQL >= 17), flushed: an empty non-transactional
@@ -65,7 +68,7 @@ SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS lsn;
 -- flush => true, so transactions committed with synchronous_commit = off are decoded at
 -- once too. One tiny WAL record per peek.
 SELECT pg_logical_emit_message(false, 'safetynet_outbox', ''::text, true) - '0/0'::pg_lsn
-    AS lsn;
+    AS lsn, pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin;
 
 -- name: outbox_slot_advance --
 -- Moves the slot's confirmed position to %(lsn)s (never back: the server refuses a
@@ -83,12 +86,24 @@ WHERE s.slot_name = %(slot)s;
 -- The logical source's claim filter: which of these (topic, key) pairs a dead letter
 -- blocks, and from which outbox id on (its later events are held, never published out of
 -- order). Through ix_dead_letters_blocking.
-SELECT d.topic, d.message_key, min(d.outbox_id) AS outbox_id
-FROM safetynet.outbox_dead_letters d
-JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS k(topic, message_key)
-  ON d.topic = left(k.topic, 249) AND d.message_key = left(k.message_key, 400)
-WHERE d.blocks_key
-GROUP BY d.topic, d.message_key;
+-- A key with rows held already (marked 'held:', not published: waiting for a replay, or
+-- replayed and not yet sent) is blocked from its lowest held id on too, through
+-- ix_outbox_held: its later events wait behind them, in order.
+WITH k AS (
+    SELECT DISTINCT topic, message_key
+    FROM unnest(%(topics)s::text[], %(keys)s::text[]) AS k(topic, message_key)
+)
+SELECT b.topic, b.message_key, min(b.outbox_id) AS outbox_id
+FROM (SELECT d.topic, d.message_key, d.outbox_id
+      FROM safetynet.outbox_dead_letters d
+      JOIN k ON d.topic = left(k.topic, 249) AND d.message_key = left(k.message_key, 400)
+      WHERE d.blocks_key
+      UNION ALL
+      SELECT left(o.topic, 249), left(o.message_key, 400), o.id
+      FROM messenger.integration_outbox o
+      JOIN k ON o.topic = k.topic AND o.message_key = k.message_key
+      WHERE o.published_at IS NULL AND o.last_error ^@ 'held:') b
+GROUP BY b.topic, b.message_key;
 
 -- name: outbox_slot_idle --
 -- The logical source's idle probe (no lease, no slot acquired): no outbox row above the
@@ -99,3 +114,8 @@ SELECT NOT EXISTS (SELECT 1 FROM messenger.integration_outbox o WHERE o.id > %(a
    AND COALESCE((SELECT pg_current_wal_lsn() - s.confirmed_flush_lsn < %(max_retained)s
                  FROM pg_replication_slots s WHERE s.slot_name = %(slot)s), false)
        AS idle;
+
+-- name: outbox_slot_wal_keep_size --
+-- The most WAL a slot may retain before PostgreSQL invalidates it (-1: unlimited, a
+-- forgotten or stuck slot may fill the disk).
+SELECT current_setting('max_slot_wal_keep_size') AS keep_size;

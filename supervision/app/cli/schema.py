@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import attrs
 import click
 
 from supervision.app.cli.group import EXIT_SLO, config_option, main
@@ -13,6 +15,10 @@ from supervision.app.terminal import printable
 from supervision.app.verbs import fail, load_or_exit
 from supervision.errors import SafetynetError
 from supervision.secrets import secrets_in
+
+if TYPE_CHECKING:
+    from supervision.app.settings import Config
+    from supervision.db.migrate import SchemaReport
 
 
 @main.command()
@@ -47,20 +53,49 @@ def migrate(config_files: tuple[Path, ...], print_sql: bool, safetynet_only: boo
     options = m.Options(safetynet_only=safetynet_only,
                         notify_trigger=cfg.outbox_relay.wakeup == "notify",
                         grant_to=grant_to, grant_read_to=grant_read_to)
+    logical = cfg.outbox_relay.source == "logical" and not safetynet_only
     try:
         if print_sql:
             click.echo(m.print_sql(dsn, options), nl=False)
+            if logical:
+                click.echo(_logical_script(dsn, cfg), nl=False)
             return
         if messenger_fixture:
             m.apply_messenger_fixture(dsn)
             click.echo("created the messenger fixture's tables")
-        applied = m.migrate(dsn, options)
+        applied = [step.label for step in m.migrate(dsn, options)]
+        if logical:
+            applied += _migrate_logical(dsn, cfg)
     except SafetynetError as exc:
         fail(str(exc), cfg=cfg)
-    for step in applied:
-        click.echo(f"applied {step.label}")
+    for label in applied:
+        click.echo(f"applied {label}")
     if not applied:
         click.echo("schema is up to date")
+
+
+def _logical_script(dsn: str, cfg: Config) -> str:
+    from actors.outbox.logical import source_of
+    from actors.outbox.logical_check import logical_script
+
+    return logical_script(dsn, source_of(cfg.outbox_relay))
+
+
+def _migrate_logical(dsn: str, cfg: Config) -> list[str]:
+    """The logical source's publication and slot, last; refused: the statements a DBA
+    must run on stdout, and exit 1 naming what is missing."""
+    from actors.outbox.logical import source_of
+    from actors.outbox.logical_check import migrate_logical
+    from actors.outbox.logical_setup import LogicalSetupRefused
+
+    try:
+        return migrate_logical(dsn, source_of(cfg.outbox_relay))
+    except LogicalSetupRefused as exc:
+        for statement in exc.statements:
+            click.echo(statement)
+        fail(f"the outbox relay's logical source (publication {cfg.outbox_relay.publication},"
+             f" slot {cfg.outbox_relay.slot}) is not set up: {exc.reason}; a DBA must run "
+             "the statements above (safetynet migrate --print-sql prints them too)", cfg=cfg)
 
 
 @main.command("check-schema")
@@ -72,8 +107,11 @@ def check_schema(config_files: tuple[Path, ...]) -> None:
     from supervision.db.pgconn import conninfo
 
     cfg = load_or_exit(config_files)
+    dsn = conninfo(cfg.postgres, m.APPLICATION_NAME)
     try:
-        report = m.schema_report(conninfo(cfg.postgres, m.APPLICATION_NAME))
+        report = m.schema_report(dsn)
+        if cfg.outbox_relay.source == "logical":
+            report = _with_logical(report, dsn, cfg)
     except SafetynetError as exc:
         fail(str(exc), cfg=cfg)
     for line in report.lines():
@@ -81,3 +119,12 @@ def check_schema(config_files: tuple[Path, ...]) -> None:
     if report.blocking:
         sys.exit(EXIT_SLO)
     click.echo("schema is compatible" + (" (with warnings)" if report.lines() else ""))
+
+
+def _with_logical(report: SchemaReport, dsn: str, cfg: Config) -> SchemaReport:
+    """*report* with the logical source's findings (wal_level, publication, slot)."""
+    from actors.outbox.logical import source_of
+    from actors.outbox.logical_check import logical_report
+
+    found = logical_report(dsn, source_of(cfg.outbox_relay))
+    return attrs.evolve(report, problems=[*report.problems, *found])

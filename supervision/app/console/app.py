@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from actors.outbox.logical import source_of
 from supervision.app import actions
 from supervision.app.console import inputs, views
 from supervision.app.console.audit_runs import AUDIT_MIN_INTERVAL_S, Audits
@@ -214,7 +215,10 @@ class _Console:
     async def outbox(self, request: Request) -> Response:
         after = inputs.optional_whole(request.query_params, "after") or 0
         before = inputs.optional_whole(request.query_params, "before")
-        data = await self.read(views.outbox, after, before)
+        relay = self.cfg.outbox_relay
+        data = await self.read(views.outbox, after, before, source_of(relay)
+                               if relay.source == "logical" else None)
+        data["delivery"] = (await scrape(self.cfg.http.listen)).delivery
         # a refresh would lose the dead letters checked for a replay
         selecting = self.cfg.console.allow_actions and bool(data["dead"])
         return self.render(request, "outbox.html", data,

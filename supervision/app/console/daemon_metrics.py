@@ -14,7 +14,9 @@ does not answer — the console itself works without it.
 
 from __future__ import annotations
 
+import math
 import time
+from typing import Any
 
 import anyio
 import attrs
@@ -47,6 +49,9 @@ class DaemonView:
     last_cycle: dict[str, dict[str, float]] = attrs.field(factory=dict)
     last_status: dict[str, str] = attrs.field(factory=dict)
     last_age_s: dict[str, float] = attrs.field(factory=dict)
+    # safetynet_outbox_delivery_seconds: events observed, their mean and p99 (a bucket's
+    # upper bound; None: none observed)
+    delivery: tuple[float, float, float] | None = None
 
 
 async def scrape(listen: str) -> DaemonView:
@@ -114,4 +119,26 @@ def parse(url: str, text: str, now: float | None = None) -> DaemonView:
                 last_age[labels.get("job", "?")] = max(0.0, now - value)
     mean = {job: sums[job] / n for job, n in counts.items() if n and job in sums}
     return DaemonView(url, "", breaker, sorted(faults), runs, mean, sorted(leading), reaped,
-                      last, last_status, last_age)
+                      last, last_status, last_age, delivery(families))
+
+
+def delivery(families: list[Any]) -> tuple[float, float, float] | None:
+    """(events, mean seconds, p99 seconds as the bound of the bucket that holds it) of
+    ``safetynet_outbox_delivery_seconds``, commit to Kafka's acknowledgement."""
+    buckets: list[tuple[float, float]] = []
+    count = total = 0.0
+    for family in families:
+        if family.name != "safetynet_outbox_delivery_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels.get("le", "inf")), sample.value))
+            elif sample.name.endswith("_count"):
+                count = sample.value
+            elif sample.name.endswith("_sum"):
+                total = sample.value
+    if not count:
+        return None
+    p99 = next((bound for bound, seen in sorted(buckets) if seen >= 0.99 * count),
+               math.inf)
+    return count, total / count, p99

@@ -20,6 +20,8 @@ from psycopg.rows import dict_row
 from actors.audit.invariants import judge_database
 from actors.audit.queries import AUDIT_QUERIES
 from actors.finalize.store import stats as finalize_stats
+from actors.outbox.logical_setup import LogicalSource
+from actors.outbox.queries import OUTBOX_QUERIES
 from supervision.app import runbook
 from supervision.app.audit import audit_thresholds
 from supervision.app.queries import ALL_QUERIES
@@ -109,16 +111,32 @@ def conferences(conn: psycopg.Connection, cfg: Config) -> dict[str, Any]:
             "poison_total": int(poison[0]["total"]) if poison else 0}
 
 
-def outbox(conn: psycopg.Connection, after: int, before: int | None) -> dict[str, Any]:
-    """Unpublished rows (a page in id order), dead letters (a page, newest first)."""
-    stats = _rows(conn, "console_outbox_stats", {})[0]
-    rows = _rows(conn, "console_outbox_unpublished_page", {"after": after, "limit": PAGE + 1})
+def outbox(conn: psycopg.Connection, after: int, before: int | None,
+           source: LogicalSource | None = None) -> dict[str, Any]:
+    """Unpublished rows (a page in id order), dead letters (a page, newest first); in the
+    logical source, the slot (the WAL it retains, its state)."""
+    stats = _rows(conn, "console_outbox_stats" if source is None else
+                  "outbox_stats_logical", {})[0]
+    slot = None if source is None else slot_figures(conn, source)
+    rows = _rows(conn, "console_outbox_unpublished_page" if source is None else
+                 "console_outbox_unpublished_page_logical", {"after": after, "limit": PAGE + 1})
     dead = _rows(conn, "console_dead_letters_page", {
         "before": before if before is not None else 2**63 - 1, "limit": PAGE + 1})
-    return {"stats": stats, "rows": rows[:PAGE],
+    return {"stats": stats, "slot": slot, "rows": rows[:PAGE],
             "next": rows[PAGE - 1]["id"] if len(rows) > PAGE else None,
             "dead": dead[:PAGE],
             "dead_next": dead[PAGE - 1]["outbox_id"] if len(dead) > PAGE else None}
+
+
+def slot_figures(conn: psycopg.Connection, source: LogicalSource) -> dict[str, Any]:
+    """The logical source's slot: its name, the WAL it retains (bytes), its wal_status
+    (``missing`` when it does not exist)."""
+    row = conn.execute(OUTBOX_QUERIES["outbox_slot_describe"], {"slot": source.slot}
+                       ).fetchone()
+    if row is None:
+        return {"name": source.slot, "status": "missing", "retained_bytes": None}
+    return {"name": source.slot, "status": row[3] or "unknown",
+            "retained_bytes": None if row[6] is None else int(row[6])}
 
 
 def outbox_row(conn: psycopg.Connection, row_id: int) -> dict[str, Any] | None:

@@ -148,3 +148,30 @@ SELECT job, holder, term, acquired_at,
             THEN extract(epoch FROM expires_at - clock_timestamp())::float8 END AS seconds_left
 FROM safetynet.leases
 ORDER BY job;
+
+-- name: console_outbox_unpublished_page_logical --
+-- Outbox, logical source (published_at is never set): one keyset page, in id order, of
+-- the rows among the newest 10,000 unpublished ones (backwards through
+-- ix_outbox_unpublished) that the slot has not passed as the relay last recorded it
+-- (safetynet.outbox_relay_source), the held ones and the dead letters.
+WITH r AS (
+    SELECT (SELECT mod(passed_xid, 4294967296)::text::xid FROM safetynet.outbox_relay_source
+            WHERE id AND source = 'logical') AS passed
+),
+newest AS (
+    SELECT o.id, o.topic, o.message_key, o.event_type, o.created_at, o.publish_attempts,
+           o.last_error, age(o.xmin) AS xmin_age
+    FROM messenger.integration_outbox o
+    WHERE o.published_at IS NULL
+    ORDER BY o.id DESC
+    LIMIT 10000
+)
+SELECT n.id, n.topic, n.message_key, n.event_type, n.created_at, n.publish_attempts,
+       n.last_error, d.reason AS dead_reason
+FROM newest n CROSS JOIN r
+LEFT JOIN safetynet.outbox_dead_letters d ON d.outbox_id = n.id
+WHERE n.id > %(after)s
+  AND (d.outbox_id IS NOT NULL OR n.last_error ^@ 'held:' OR n.last_error ^@ 'dead-letter:'
+       OR NOT COALESCE(n.xmin_age > age(r.passed), false))
+ORDER BY n.id
+LIMIT %(limit)s;

@@ -134,6 +134,9 @@ EXPECTED_INDEXES = {
     "ix_outbox_live": ("integration_outbox", False, ["id"],
                        "((published_at IS NULL) AND ((last_error IS NULL) OR (NOT "
                        "((last_error)::text ^@ 'dead-letter:'::text))))"),
+    # issue 37: the logical source's held rows (few)
+    "ix_outbox_held": ("integration_outbox", False, ["id"],
+                       "((published_at IS NULL) AND ((last_error)::text ^@ 'held:'::text))"),
     "ix_realtime_reference": ("realtime_outbox", False, ["reference_id"], None),
     # a million-row backlog (migration 0009): bounded gauges and reaper claims
     "ix_rfa_pending_created": ("recording_finalize_attempts", False, ["created_at"],
@@ -260,7 +263,7 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
         ("safetynet", "job_pauses"),
         ("safetynet", "leases"), ("safetynet", "missing_verdict_acceptances"),
         ("safetynet", "operator_actions"),
-        ("safetynet", "outbox_dead_letters"),
+        ("safetynet", "outbox_dead_letters"), ("safetynet", "outbox_relay_source"),
         ("safetynet", "schema_migrations")]
 
 
@@ -440,7 +443,7 @@ def test_database_migrated_by_the_release_before_upgrades_in_place(
     before = {name for name, *_ in catalog(empty_db_dsn)[1]}
     steps = migrate(empty_db_dsn)
     new_indexes = {"ix_outbox_published", "ix_outbox_live", "ix_recording_file_id",
-                   "ix_rfa_queue", "ix_rfa_quarantined"}
+                   "ix_rfa_queue", "ix_rfa_quarantined", "ix_outbox_held"}
     assert sorted(s.label for s in steps if s.migration is None) == sorted(
         f"index {name}" for name in new_indexes)
     assert all(s.migration.version > 10 for s in steps if s.migration is not None)

@@ -19,6 +19,7 @@ import trio
 from actors.envelope import event_id
 from actors.leases.lock_keeper import CycleContext
 from actors.outbox.claimer import claim_batch
+from actors.outbox.handover import write_source
 from actors.outbox.logical_setup import (
     LogicalSetupRefused,
     LogicalSource,
@@ -61,11 +62,13 @@ def topic() -> str:
 @pytest.fixture
 def source(db_dsn: str) -> Iterator[LogicalSource]:
     """This test's publication and slot (slots are per server: a name of its own), dropped
-    after it (a database with a slot cannot be dropped)."""
+    after it (a database with a slot cannot be dropped); recorded as the relay's source
+    (actors.outbox.handover: the switch from the table is done)."""
     name = f"sn_{uuid.uuid4().hex[:12]}"
     src = LogicalSource(name, name)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert ensure_logical_source(conn, src) == [f"publication {name}", f"slot {name}"]
+        write_source(conn, "logical", None)  # switched in: the table had nothing waiting
     try:
         yield src
     finally:
@@ -334,8 +337,8 @@ async def test_a_malformed_event_is_dead_lettered_and_the_later_events_of_its_ke
         db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
     """A payload that is not a JSON object is dead-lettered (blocking its key: a later
     event of the key waits in the table); the later event is never published, the other
-    key's is; the slot passes all of them; the one write to the outbox is the dead
-    letter's mark."""
+    key's is; the slot passes all of them; the writes to the outbox are the dead
+    letter's mark and the held event's (actors/outbox/held.py)."""
     bad = await trio.to_thread.run_sync(insert_raw, db_dsn, topic, "a", "[1]", "{}")
     (later,) = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a"])
     (other,) = await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["b"])
@@ -350,7 +353,7 @@ async def test_a_malformed_event_is_dead_lettered_and_the_later_events_of_its_ke
     assert later not in letters
     assert await trio.to_thread.run_sync(peek, db_dsn, source) == []
     updates, deletes = await trio.to_thread.run_sync(outbox_writes, db_dsn)
-    assert (updates - before[0], deletes - before[1]) == (1, 0)
+    assert (updates - before[0], deletes - before[1]) == (2, 0)
 
 
 def test_the_slot_builds_each_message_as_the_claim_does(

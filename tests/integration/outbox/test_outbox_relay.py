@@ -289,6 +289,9 @@ class CommitsLateRow:
     db: Database
     late: psycopg.Connection
 
+    async def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await self.db.run(fn, *args, **kwargs)
+
     async def atomic(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         result = await self.db.atomic(fn, *args, **kwargs)
         if fn is claim_batch and not self.late.closed:

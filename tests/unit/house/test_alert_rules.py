@@ -24,7 +24,7 @@ PROMQL_WORDS = {
     "or", "unless", "on", "ignoring", "histogram_quantile", "le", "outcome", "actor",
     "component", "job", "status", "kind", "offset", "bool", "clamp_min", "abs", "irate",
     "topk", "time", "vector", "absent", "labels", "summary", "severity", "invariant",
-    "max_over_time",
+    "max_over_time", "changes",
 }
 
 
@@ -42,6 +42,7 @@ def exported_names() -> set[str]:
 def metric_names(expr: str) -> set[str]:
     expr = re.sub(r'"[^"]*"', "", expr)  # label values
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    expr = re.sub(r"\boffset\s+\d+[smhdwy]", "offset", expr)  # an offset's duration
     tokens = set(re.findall(r"[a-zA-Z_][a-zA-Z0-9_:]*", expr))
     return {t for t in tokens if t not in PROMQL_WORDS and ":" not in t}
 

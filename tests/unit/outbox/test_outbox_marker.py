@@ -25,10 +25,11 @@ class RecordingDb:
     latency: float = 0.0
     calls: list[tuple[Any, ...]] = attrs.field(factory=list)
 
-    async def atomic(self, fn: Any, *args: Any) -> None:
+    async def atomic(self, fn: Any, *args: Any) -> list[float]:
         assert fn is mark_answered
         await trio.sleep(self.latency)
         self.calls.append(args)
+        return []  # no delivery time: nothing observed
 
 
 def cycle_of(db: RecordingDb, unmarked: set[int]) -> RelayCycle:
