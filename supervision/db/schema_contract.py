@@ -228,11 +228,20 @@ def _privileges() -> dict[str, tuple[str, ...]]:
 TABLE_PRIVILEGES: dict[str, tuple[str, ...]] = _privileges()
 
 
+# System columns a verb reads (every table has them, check-schema has nothing to check):
+# ``plan`` tells a row held by another transaction from its xmax (supervision/app/sql/plan.sql).
+SYSTEM_COLUMNS: dict[str, tuple[str, ...]] = {
+    "recording_finalize_attempts": ("xmax",), "call_recordings": ("xmax",)}
+
+
 def _column_privileges() -> dict[str, dict[str, tuple[str, ...]]]:
     """table -> privilege -> columns: SELECT on every contract column (a written column is
-    read by its UPDATE's expressions and RETURNING too), UPDATE on the written ones,
-    INSERT on the inserted ones. ``migrate --grant-to`` grants exactly these per column."""
+    read by its UPDATE's expressions and RETURNING too) and on :data:`SYSTEM_COLUMNS`,
+    UPDATE on the written ones, INSERT on the inserted ones. ``migrate --grant-to`` grants
+    exactly these per column."""
     out: dict[str, dict[str, dict[str, None]]] = {t: {} for t in TABLES}
+    for table, names in SYSTEM_COLUMNS.items():
+        out[table]["SELECT"] = dict.fromkeys(names)
     kind = {"read": None, "write": "UPDATE", "insert": "INSERT"}
     for column in COLUMNS:
         for privilege in ("SELECT", kind[column.access]):
