@@ -14,8 +14,8 @@ needs of them is written here, per job:
   ones (the unique keys that ``ON CONFLICT`` names) stop the jobs that need them; the
   others are recommended (a missing one is a warning and a gauge) and are built by
   ``migrate`` (``CONCURRENTLY``, under the name given here) when no equivalent exists;
-* :data:`COLUMN_PRIVILEGES` — what the runtime role is granted, per column, derived from
-  the above (:data:`TABLE_PRIVILEGES` sums it up per table).
+* :data:`TABLE_PRIVILEGES` — what the runtime role is granted, per table, derived from the
+  above (per column: :data:`supervision.db.grants.COLUMN_PRIVILEGES`).
 """
 
 from __future__ import annotations
@@ -226,36 +226,6 @@ def _privileges() -> dict[str, tuple[str, ...]]:
 
 
 TABLE_PRIVILEGES: dict[str, tuple[str, ...]] = _privileges()
-
-
-# System columns a verb reads (every table has them, check-schema has nothing to check):
-# ``plan`` tells a row held by another transaction from its xmax (supervision/app/sql/plan.sql).
-SYSTEM_COLUMNS: dict[str, tuple[str, ...]] = {
-    "recording_finalize_attempts": ("xmax",), "call_recordings": ("xmax",)}
-
-
-def _column_privileges() -> dict[str, dict[str, tuple[str, ...]]]:
-    """table -> privilege -> columns: SELECT on every contract column (a written column is
-    read by its UPDATE's expressions and RETURNING too) and on :data:`SYSTEM_COLUMNS`,
-    UPDATE on the written ones, INSERT on the inserted ones. ``migrate --grant-to`` grants
-    exactly these per column."""
-    out: dict[str, dict[str, dict[str, None]]] = {t: {} for t in TABLES}
-    for table, names in SYSTEM_COLUMNS.items():
-        out[table]["SELECT"] = dict.fromkeys(names)
-    kind = {"read": None, "write": "UPDATE", "insert": "INSERT"}
-    for column in COLUMNS:
-        for privilege in ("SELECT", kind[column.access]):
-            if privilege is not None:
-                out[column.table].setdefault(privilege, {})[column.name] = None
-    return {t: {p: tuple(cols) for p, cols in privs.items()} for t, privs in out.items()}
-
-
-COLUMN_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = _column_privileges()
-# table-level privileges that have no per-column form: outbox retention's DELETE
-TABLE_ONLY_PRIVILEGES: dict[str, tuple[str, ...]] = {"integration_outbox": ("DELETE",)}
-# The outbox tables whose id INSERTs draw: USAGE on its sequence only when it is a
-# serial's (an identity column needs no grant).
-SEQUENCE_TABLES = ("integration_outbox", "realtime_outbox")
 
 
 @attrs.frozen

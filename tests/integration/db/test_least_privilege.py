@@ -21,9 +21,9 @@ from supervision.app.console.app import build_app
 from supervision.app.console.security import Gate
 from supervision.app.settings import Config
 from supervision.db.database import open_database
+from supervision.db.grants import COLUMN_PRIVILEGES
 from supervision.db.migrate import Options, migrate
 from supervision.db.pgconn import conninfo
-from supervision.db.schema_contract import COLUMN_PRIVILEGES
 from supervision.dev.kafka import KafkaServer
 from supervision.dev.s3 import S3Server
 from tests.cli import cli
