@@ -117,15 +117,19 @@ def _ms(seconds: float) -> str:
     return f"{max(1, round(seconds * 1000))}ms"
 
 
-def ledger_step(m: Migration, lock_timeout: float) -> Step:
+def ledger_step(m: Migration, lock_timeout: float, *, schema: bool = True,
+                ledger: bool = True) -> Step:
     """A ledger migration: its file and its ledger row in one transaction, under the
-    transaction-scoped advisory lock, with only pg_catalog on the search_path."""
+    transaction-scoped advisory lock, with only pg_catalog on the search_path; first the
+    safetynet schema (*schema*) and the ledger (*ledger*) when they are missing."""
+    create = ((Statement(QUERIES["schema_migrations_create_schema"]),) if schema else ()) + (
+        (Statement(QUERIES["schema_migrations_create"]),) if ledger else ())
     return Step(m.label, (
         Statement(QUERIES["schema_migrations_lock"]),
         Statement(QUERIES["schema_migrations_pin_search_path"]),
         _setting("lock_timeout", _ms(lock_timeout), True),
         _setting("statement_timeout", f"{LEDGER_STATEMENT_TIMEOUT}s", True),
-        Statement(QUERIES["schema_migrations_create"]),
+        *create,
         Statement(m.sql),
         Statement(QUERIES["schema_migrations_insert"],
                   {"version": m.version, "name": m.name, "checksum": m.checksum}),
@@ -217,8 +221,13 @@ def messenger_catalog(conn: psycopg.Connection[Any]) -> tuple[
 
 
 def _ledger_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]:
-    steps = []
+    steps: list[Step] = []
     done = ledger(conn)
+    # created by the first step only when missing: an upgrade needs no CREATE on the
+    # database (docs/operations.md)
+    schema = conn.execute(QUERIES["schema_migrations_schema_exists"]).fetchone() is None
+    table = conn.execute(QUERIES["schema_migrations_ledger_exists"]).fetchone()
+    missing = table is None or table[0] is None
     for migration in migrations(options.folder):
         if migration.version in done:
             if not migration.accepts(done[migration.version][1]):
@@ -226,7 +235,9 @@ def _ledger_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]
                     f"migration {migration.label} changed after it was applied; add a new "
                     "migration instead")
             continue
-        steps.append(ledger_step(migration, options.lock_timeout))
+        first = not steps
+        steps.append(ledger_step(migration, options.lock_timeout, schema=first and schema,
+                                 ledger=first and missing))
     return steps
 
 

@@ -39,6 +39,25 @@ def test_check_schema_passes_on_the_contracts_own_tables(config: Path) -> None:
     assert (proc.returncode, proc.stdout) == (0, "schema is compatible\n"), proc.stderr
 
 
+def test_check_schema_before_the_first_migrate_says_not_installed_yet(
+        empty_db_dsn: str, tmp_path: Path) -> None:
+    """On the messenger's database before safetynet's install: exit 0, "not installed yet"
+    and no pending migrations named; a broken messenger contract still exits 2."""
+    apply_messenger_fixture(empty_db_dsn)
+    config = postgres_only_config(tmp_path, empty_db_dsn)
+    proc = cli(config, "check-schema")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "safetynet not installed yet" in proc.stdout
+    assert "migrations pending" not in proc.stdout
+    assert proc.stdout.endswith("the messenger's tables are compatible (with warnings)\n")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE messenger.conference_sessions ALTER COLUMN "
+                     "last_activity_at TYPE timestamp")
+    broken = cli(config, "check-schema")
+    assert broken.returncode == 2 and "last_activity_at" in broken.stdout
+    assert "safetynet not installed yet" in broken.stdout
+
+
 def break_messenger(dsn: str) -> None:
     """What a messenger could have diverged into: a local timestamp, an integer enum, a
     width too narrow, a NOT NULL column safetynet does not fill, a unique key gone, a
@@ -198,11 +217,12 @@ def test_schema_ahead_of_the_build_is_a_warning_not_a_stop(config: Path, db_dsn:
 
 
 def test_migrate_waits_for_a_lock_in_short_tries_so_writers_never_queue_long(
-        empty_db_dsn: str) -> None:
+        empty_db_dsn: str, no_secrets_in_logs: io.StringIO) -> None:
     """A messenger transaction holds the outbox (ROW EXCLUSIVE) while migrate must add the
     NOTIFY trigger (SHARE ROW EXCLUSIVE): migrate tries for lock_timeout, steps back and
     retries, so other writers' INSERTs keep going (each waits at most about lock_timeout);
-    once the long transaction ends, migrate finishes."""
+    once the long transaction ends, migrate finishes. Each wait is logged with the step
+    and the statement that waited."""
     apply_messenger_fixture(empty_db_dsn)
     migrate(empty_db_dsn, Options(notify_trigger=False))
     insert = ("INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key, "
@@ -234,6 +254,14 @@ def test_migrate_waits_for_a_lock_in_short_tries_so_writers_never_queue_long(
     assert len(waits) > 50
     with psycopg.connect(empty_db_dsn) as conn:
         assert conn.execute(QUERIES["schema_contract_outbox_trigger"]).fetchone() == (True,)
+    lines = [json.loads(line) for line in no_secrets_in_logs.getvalue().splitlines()]
+    logged = [e for e in lines if e.get("event") == "migrate_lock_not_granted"]
+    assert logged and all(e["statement"].startswith(
+        "CREATE TRIGGER trg_integration_outbox_notify AFTER INSERT ON "
+        "messenger.integration_outbox") for e in logged), logged
+    retries = [e for e in lines if e.get("event") == "stamina.retry_scheduled"]
+    assert retries and {e["callable"] for e in retries} == {
+        "migrate step trigger trg_integration_outbox_notify"}, retries
 
 
 def test_retention_deletes_are_found_through_the_published_index(db_dsn: str) -> None:

@@ -427,6 +427,7 @@ def test_database_migrated_by_the_release_before_upgrades_in_place(
             capture_output=True, check=False).returncode != 0:
         pytest.skip(f"git or commit {BEFORE_ISSUE_28} is not available (a shallow clone)")
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(QUERIES["schema_migrations_create_schema"])
         conn.execute(QUERIES["schema_migrations_create"])
         for m in migrations()[:10]:
             old = subprocess.run(
