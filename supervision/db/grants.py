@@ -72,6 +72,17 @@ def recorded(conn: psycopg.Connection[Any]) -> list[tuple[str, Access, str | Non
              None if r[2] is None else str(r[2])) for r in rows]
 
 
+def adopted(conn: psycopg.Connection[Any]) -> list[str]:
+    """Before migration 0014 (no grantee list yet): the runtime roles an earlier release's
+    ``--grant-to`` granted, recorded and granted again by the upgrade (whose migrate, the
+    Kubernetes Job's, names none)."""
+    exists = conn.execute(QUERIES["schema_migrations_grantees_exist"]).fetchone()
+    if exists is not None and exists[0] is not None:
+        return []
+    return [str(r[0]) for r in conn.execute(
+        QUERIES["schema_migrations_previous_grantees"]).fetchall()]
+
+
 def require_role(conn: psycopg.Connection[Any], role: str) -> None:
     if conn.execute(QUERIES["schema_migrations_role_exists"], {"role": role}).fetchone() is None:
         raise MigrationError(f"role {role!r} does not exist; create it first "

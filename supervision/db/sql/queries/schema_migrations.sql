@@ -84,3 +84,15 @@ SET access = EXCLUDED.access, digest = EXCLUDED.digest, granted_at = pg_catalog.
 
 -- name: schema_migrations_role_exists --
 SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(role)s;
+
+-- name: schema_migrations_previous_grantees --
+-- A database migrated before migration 0014 recorded grantees: the roles an earlier
+-- release's --grant-to granted (INSERT on safetynet.leases, given explicitly, not its
+-- owner's), which migrate adopts as runtime grantees so that they keep working.
+SELECT DISTINCT r.rolname
+FROM pg_catalog.pg_class c
+CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+WHERE c.oid = pg_catalog.to_regclass('safetynet.leases')
+  AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+ORDER BY 1;
