@@ -32,7 +32,7 @@ PSQL = shutil.which("psql") or "/usr/bin/psql"
 # published already: the relay run as the runtime role has nothing of the writer's to send
 INSERT = ("INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key, "
           "event_type, payload, published_at) VALUES ('t', 'k', %s, 'e', '{}', now())")
-HOLD = 2.0  # seconds the writer's transaction stays open at the start of each phase
+HOLD = 1.5  # seconds the writer's transaction stays open once a DBA statement waits
 
 
 def test_the_operations_doc_shows_the_dba_script_verbatim() -> None:
@@ -88,17 +88,28 @@ def messenger(empty_db_dsn: str) -> Iterator[dict[str, str]]:
 
 
 def run_phase(phase: str, env: dict[str, str], admin_dsn: str,
-              cwd: Path) -> subprocess.CompletedProcess[str]:
-    """One phase of the script beside the writer: a transaction held open on the outbox
-    for HOLD seconds as the phase starts, then committed."""
-    with psycopg.connect(admin_dsn) as holder:
+              cwd: Path) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """One phase of the script beside the writer: a transaction held open on the outbox as
+    the phase starts, committed once migrate (or uninstall) has been seen waiting for a
+    lock for a while, or the phase ended. Also whether it was seen waiting."""
+    waited = False
+    with psycopg.connect(admin_dsn) as holder, \
+            psycopg.connect(admin_dsn, autocommit=True) as watcher:
         holder.execute(INSERT, (str(uuid.uuid4()),))
         proc = subprocess.Popen(["sh", str(SCRIPT), phase], env=env, cwd=cwd, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(HOLD)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            waited = waited or bool(watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND application_name = 'safetynet-migrate'").fetchone() != (0,))
+            if waited:
+                time.sleep(HOLD)  # a few of its tries step back meanwhile
+                break
+            time.sleep(0.05)
         holder.commit()
     out, err = proc.communicate(timeout=300)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), waited
 
 
 def messenger_indexes(dsn: str) -> set[str]:
@@ -119,10 +130,10 @@ def test_install_upgrade_and_uninstall_as_the_doc_says_beside_a_busy_writer(
            "RUNTIME": runtime, "RUNTIME_PASSWORD": password, "DB": messenger["db"]}
     own = messenger_indexes(admin)  # the messenger's own, before safetynet
     with Writer(admin) as writer:
-        installed = run_phase("install", env, admin, tmp_path)
+        installed, waited = run_phase("install", env, admin, tmp_path)
         assert installed.returncode == 0, (installed.stdout, installed.stderr[-3000:])
         assert "safetynet not installed yet" in installed.stdout
-        assert "migrate_lock_not_granted" in installed.stderr  # waited, stepped back
+        assert waited and "migrate_lock_not_granted" in installed.stderr  # stepped back
         assert (tmp_path / "safetynet-plan.sql").read_text().startswith("-- safetynet migrate")
         with psycopg.connect(admin, autocommit=True) as conn:
             # a database at the release before migration 0017: its record not kept yet
@@ -131,7 +142,7 @@ def test_install_upgrade_and_uninstall_as_the_doc_says_beside_a_busy_writer(
             assert conn.execute(
                 "SELECT has_database_privilege(%s, current_database(), 'CREATE')",
                 (messenger["owner"],)).fetchone() == (False,)
-        upgraded = run_phase("upgrade", env, admin, tmp_path)
+        upgraded, _ = run_phase("upgrade", env, admin, tmp_path)
         assert upgraded.returncode == 0, (upgraded.stdout, upgraded.stderr[-3000:])
         assert "applied 0017_created_objects" in upgraded.stdout
         with psycopg.connect(admin) as conn:
@@ -142,9 +153,9 @@ def test_install_upgrade_and_uninstall_as_the_doc_says_beside_a_busy_writer(
         assert set(recorded.values()) == {"backfilled"} and not own & set(recorded)
         works_as_the_runtime_role(admin, runtime, password, s3_server, bucket,
                                   kafka_server, tmp_path)
-        removed = run_phase("uninstall", env, admin, tmp_path)
+        removed, waited = run_phase("uninstall", env, admin, tmp_path)
         assert removed.returncode == 0, (removed.stdout, removed.stderr[-3000:])
-        assert "migrate_lock_not_granted" in removed.stderr  # waited, stepped back
+        assert waited and "migrate_lock_not_granted" in removed.stderr  # stepped back
         script = (tmp_path / "safetynet-uninstall.sql").read_text()
         assert "DROP INDEX CONCURRENTLY" in script and "ix_rfa_due" not in script
     assert max(writer.waits) < 1.0, max(writer.waits)  # lock_timeout 0.5 s, never more
