@@ -96,6 +96,7 @@ def test_runtime_role_plans_and_runs_every_job_on_real_rows(
             conn.execute(sql.SQL("ALTER TABLE messenger.{} ADD COLUMN messenger_only text")
                          .format(sql.Identifier(table)))
         rec = insert_recording(conn, session_id=insert_call_session(conn))
+        lost = insert_recording(conn, session_id=insert_call_session(conn))  # no binary
         conf = insert_conference(conn, status="Active", last_activity_ago=7200)
     upload_recording(s3_server, rec.id, bucket=bucket)
     assert rec.id in ok(config, "plan", "--job", "recording-finalize", "--json")
@@ -105,6 +106,8 @@ def test_runtime_role_plans_and_runs_every_job_on_real_rows(
         ok(config, "run-once", "--job", job)
     assert scalar(db_dsn, "SELECT status FROM messenger.call_recordings WHERE id = %s",
                   rec.id) == "Available"
+    assert scalar(db_dsn, "SELECT status FROM messenger.call_recordings WHERE id = %s",
+                  lost.id) == "Failed"  # past its SLA, the bucket's evidence listing found
     assert scalar(db_dsn, "SELECT status FROM messenger.conference_sessions WHERE id = %s",
                   conf.id) == "Ended"
     ok(config, "run-once", "--job", "outbox-relay")  # the reaper's events, published
