@@ -91,11 +91,21 @@ def planned(dsn: str, lock_timeout: float = LOCK_TIMEOUT) -> Plan:
         raise MigrationError(f"uninstall failed: {type(exc).__name__}: {exc}") from exc
 
 
+def _refuse_while_running(conn: psycopg.Connection[Any]) -> None:
+    left = conn.execute(QUERIES["created_objects_sessions_left"]).fetchall()
+    if left:
+        raise MigrationError(
+            "safetynet sessions are still connected ("
+            + ", ".join(f"{name}: {n}" for name, n in left)
+            + "); stop every replica, the console and running verbs first")
+
+
 def uninstall(dsn: str, lock_timeout: float = LOCK_TIMEOUT) -> list[Step]:
     """Plan and run the uninstall under migrate's session lock; the steps run."""
     try:
         with connect(dsn) as conn:
             conn.execute(QUERIES["schema_migrations_pin_session_search_path"])
+            _refuse_while_running(conn)
             conn.execute(QUERIES["schema_migrations_session_lock"])
             try:
                 steps = plan_uninstall(conn, lock_timeout).steps

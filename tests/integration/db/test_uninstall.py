@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from supervision.db.migrate import Options, apply_messenger_fixture, migrate
 from supervision.db.schema_contract import INDEXES
 from supervision.db.uninstall import planned, uninstall
+from supervision.errors import MigrationError
 from tests.cli import cli, postgres_only_config
 from tests.integration.db.test_print_sql import new_role, psql
 
@@ -82,6 +84,15 @@ def test_uninstall_needs_yes_or_print_sql(db_dsn: str, tmp_path: Path) -> None:
     config = postgres_only_config(tmp_path, db_dsn)
     proc = cli(config, "uninstall")
     assert proc.returncode == 2 and "--yes" in proc.stderr and "Traceback" not in proc.stderr
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'safetynet'"
+                            ).fetchone() == (1,)
+
+
+def test_uninstall_refuses_while_a_replica_is_connected(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, application_name="safetynet-lock"), \
+            pytest.raises(MigrationError, match="safetynet-lock: 1"):
+        uninstall(db_dsn)
     with psycopg.connect(db_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'safetynet'"
                             ).fetchone() == (1,)

@@ -34,3 +34,14 @@ WHERE t.tgrelid = pg_catalog.to_regclass('messenger.integration_outbox')
 -- uninstall's last step: safetynet's tables, functions and this record, with the schema
 -- (the trigger and the indexes on the messenger's tables are gone by then).
 DROP SCHEMA IF EXISTS safetynet CASCADE;
+
+-- name: created_objects_sessions_left --
+-- safetynet's own sessions still on this database (uninstall refuses while a replica, the
+-- console or a verb runs): their application_name, how many.
+SELECT application_name, count(*)
+FROM pg_catalog.pg_stat_activity
+WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_pid()
+  AND application_name IN ('safetynet', 'safetynet-lock', 'safetynet-listen',
+                           'safetynet-console', 'safetynet-cli', 'safetynet-migrate')
+GROUP BY application_name
+ORDER BY application_name;
