@@ -33,6 +33,7 @@ SHARE_A_WORKER = (
     "tests/integration/outbox/test_kafka_security.py",
     "tests/integration/leases/test_rolling_upgrade.py",
     "tests/integration/s3/test_s3_cloud_credentials.py",
+    "tests/integration/db/test_upgrade_previous_release.py",
 )
 
 

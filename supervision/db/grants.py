@@ -1,17 +1,18 @@
 """What ``migrate --grant-to`` (the runtime role) and ``--grant-read-to`` (a read-only role)
-grant, from one source: :data:`supervision.db.schema_contract.COLUMN_PRIVILEGES`, the
-columns check-schema checks. The roles are recorded in ``safetynet.grantees`` and granted
-again by every ``migrate`` (docs/operations.md, "Grants that survive upgrades").
+grant, from one source: :data:`COLUMN_PRIVILEGES`, derived from the columns check-schema
+checks (:data:`supervision.db.schema_contract.COLUMNS`). The roles are recorded in
+``safetynet.grantees`` and granted again by every ``migrate`` (docs/operations.md, "Grants
+that survive upgrades").
 
 On a messenger table a role gets exactly the contract's columns: a table-level REVOKE
 first (it takes the columns' privileges with it, and an earlier release's whole-table
-grants), then SELECT on every contract column and UPDATE / INSERT on the written /
-inserted ones; DELETE on the outbox (retention; no column form). USAGE on a messenger
-sequence only for a serial id an INSERT draws from (an identity needs none). In the
-safetynet schema: DML on its tables (the ledger read-only, the operator trail append-only,
-the grantee list not at all; of the trail's columns only those the verbs write),
-EXECUTE on its functions. The read-only role gets SELECT
-only, everywhere.
+grants), then SELECT on every contract column (and the system columns ``plan`` reads) and
+UPDATE / INSERT on the written / inserted ones; DELETE on the outbox (retention; no column
+form). USAGE on a messenger sequence only for a serial id an INSERT draws from (an
+identity needs none). In the safetynet schema: DML on its tables (the ledger read-only,
+the operator trail append-only, the grantee list not at all; of the trail's columns only
+those the verbs write), EXECUTE on its functions. The read-only role gets SELECT only,
+everywhere.
 """
 
 from __future__ import annotations
@@ -27,6 +28,36 @@ from supervision.db.queries import QUERIES
 from supervision.errors import MigrationError
 
 Access = Literal["runtime", "read"]
+
+# System columns a verb reads (every table has them, check-schema has nothing to check):
+# ``plan`` tells a row held by another transaction from its xmax (supervision/app/sql/plan.sql).
+SYSTEM_COLUMNS: dict[str, tuple[str, ...]] = {
+    "recording_finalize_attempts": ("xmax",), "call_recordings": ("xmax",)}
+
+
+def _column_privileges() -> dict[str, dict[str, tuple[str, ...]]]:
+    """table -> privilege -> columns: SELECT on every contract column (a written column is
+    read by its UPDATE's expressions and RETURNING too) and on :data:`SYSTEM_COLUMNS`,
+    UPDATE on the written ones, INSERT on the inserted ones. ``migrate --grant-to`` grants
+    exactly these per column."""
+    out: dict[str, dict[str, dict[str, None]]] = {t: {} for t in contract.TABLES}
+    for table, names in SYSTEM_COLUMNS.items():
+        out[table]["SELECT"] = dict.fromkeys(names)
+    kind = {"read": None, "write": "UPDATE", "insert": "INSERT"}
+    for column in contract.COLUMNS:
+        for privilege in ("SELECT", kind[column.access]):
+            if privilege is not None:
+                out[column.table].setdefault(privilege, {})[column.name] = None
+    return {t: {p: tuple(cols) for p, cols in privs.items()} for t, privs in out.items()}
+
+
+COLUMN_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = _column_privileges()
+# table-level privileges that have no per-column form: outbox retention's DELETE
+TABLE_ONLY_PRIVILEGES: dict[str, tuple[str, ...]] = {"integration_outbox": ("DELETE",)}
+# The outbox tables whose id INSERTs draw: USAGE on its sequence only when it is a
+# serial's (an identity column needs no grant).
+SEQUENCE_TABLES = ("integration_outbox", "realtime_outbox")
+
 # what the verbs write into the operator trail (supervision/app/sql/operator_actions.sql)
 TRAIL_COLUMNS = ("actor", "origin", "client", "verb", "ids", "reason", "result")
 
@@ -41,6 +72,17 @@ def recorded(conn: psycopg.Connection[Any]) -> list[tuple[str, Access, str | Non
              None if r[2] is None else str(r[2])) for r in rows]
 
 
+def adopted(conn: psycopg.Connection[Any]) -> list[str]:
+    """Before migration 0014 (no grantee list yet): the runtime roles an earlier release's
+    ``--grant-to`` granted, recorded and granted again by the upgrade (whose migrate, the
+    Kubernetes Job's, names none)."""
+    exists = conn.execute(QUERIES["schema_migrations_grantees_exist"]).fetchone()
+    if exists is not None and exists[0] is not None:
+        return []
+    return [str(r[0]) for r in conn.execute(
+        QUERIES["schema_migrations_previous_grantees"]).fetchall()]
+
+
 def require_role(conn: psycopg.Connection[Any], role: str) -> None:
     if conn.execute(QUERIES["schema_migrations_role_exists"], {"role": role}).fetchone() is None:
         raise MigrationError(f"role {role!r} does not exist; create it first "
@@ -53,7 +95,7 @@ def _columns(names: tuple[str, ...]) -> sql.Composable:
 
 def _messenger(who: sql.Identifier, access: Access) -> list[sql.Composable]:
     out: list[sql.Composable] = []
-    for table, privileges in contract.COLUMN_PRIVILEGES.items():
+    for table, privileges in COLUMN_PRIVILEGES.items():
         target = sql.SQL("messenger.{}").format(sql.Identifier(table))
         out.append(sql.SQL("REVOKE ALL ON {} FROM {}").format(target, who))
         for privilege, columns in privileges.items():
@@ -62,7 +104,7 @@ def _messenger(who: sql.Identifier, access: Access) -> list[sql.Composable]:
             out.append(sql.SQL("GRANT {} ({}) ON {} TO {}").format(
                 sql.SQL(privilege), _columns(columns), target, who))
         if access == "runtime":
-            for privilege in contract.TABLE_ONLY_PRIVILEGES.get(table, ()):
+            for privilege in TABLE_ONLY_PRIVILEGES.get(table, ()):
                 out.append(sql.SQL("GRANT {} ON {} TO {}").format(
                     sql.SQL(privilege), target, who))
     return out
@@ -70,7 +112,7 @@ def _messenger(who: sql.Identifier, access: Access) -> list[sql.Composable]:
 
 def _sequences(conn: psycopg.Connection[Any], who: sql.Identifier) -> list[sql.Composable]:
     out: list[sql.Composable] = []
-    for table in contract.SEQUENCE_TABLES:
+    for table in SEQUENCE_TABLES:
         row = conn.execute(QUERIES["schema_migrations_serial_sequence"],
                            {"table": f"messenger.{table}"}).fetchone()
         if row and row[0]:  # a serial's sequence (an identity column needs no grant)

@@ -104,6 +104,7 @@ class Versions:
 
     pending: list[Migration]
     ahead: list[str]  # applied versions this build does not know (a newer release's)
+    installed: bool = True  # False: no ledger row at all (before the first migrate)
 
     @property
     def pending_labels(self) -> list[str]:
@@ -116,7 +117,7 @@ def versions(conn: psycopg.Connection[Any]) -> Versions:
     pending = [m for m in known if m.version not in done]
     names = {m.version for m in known}
     ahead = [f"{v:04d}_{done[v][0]}" for v in sorted(done) if v not in names]
-    return Versions(pending, ahead)
+    return Versions(pending, ahead, installed=bool(done))
 
 
 def check_schema(conn: psycopg.Connection[Any]) -> list[contract.Problem]:
@@ -159,11 +160,17 @@ class SchemaReport:
 
     @property
     def blocking(self) -> bool:
-        return bool(self.versions.pending) or any(p.blocking for p in self.problems)
+        """Before the first migrate only the messenger's contract can block: its pending
+        migrations are the install itself."""
+        pending = self.versions.installed and bool(self.versions.pending)
+        return pending or any(p.blocking for p in self.problems)
 
     def lines(self) -> list[str]:
         out = [p.line() for p in self.problems]
-        if self.versions.pending:
+        if not self.versions.installed:
+            out.append("safetynet not installed yet: the messenger's tables are checked "
+                       "above; install with safetynet migrate (docs/operations.md)")
+        elif self.versions.pending:
             out.append("error: safetynet migrations pending: "
                        + ", ".join(self.versions.pending_labels)
                        + " fix: safetynet migrate (docs/operations.md)")

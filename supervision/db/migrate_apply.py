@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import psycopg.sql
 import stamina
+import structlog
 
 from supervision.db import schema_contract as contract
 from supervision.db.migrate_plan import DEFAULTS, Options, Plan, Statement, Step, ledger, plan
@@ -28,6 +29,7 @@ from supervision.db.queries import QUERIES
 from supervision.errors import MigrationError
 
 APPLICATION_NAME = "safetynet-migrate"
+log = structlog.get_logger("safetynet.migrate")
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -50,18 +52,31 @@ def missing_tables(conn: psycopg.Connection[Any]) -> list[str]:
     return [t for t in contract.TABLES if t not in present]
 
 
-def _retrying(lock_timeout: float) -> Iterator[Any]:
+def _retrying(step: Step, lock_timeout: float) -> Iterator[Any]:
     """Attempts of one step: a lock not granted within *lock_timeout* is tried again after
-    a growing pause, for up to 5 minutes."""
+    a growing pause, for up to 5 minutes (stamina's retry_scheduled names the step)."""
     return iter(stamina.retry_context(
         on=psycopg.errors.LockNotAvailable, attempts=None, timeout=300.0,
-        wait_initial=lock_timeout, wait_max=15.0, wait_jitter=lock_timeout))
+        wait_initial=lock_timeout, wait_max=15.0, wait_jitter=lock_timeout,
+    ).with_name(f"migrate step {step.label}", (), {}))
+
+
+def waited(statement: Statement) -> str:
+    """The statement a lock wait is logged with: its first line that is not a comment (a
+    migration file's first statement; a DDL whole), at most 200 characters."""
+    lines = [line.strip() for line in statement.render().splitlines()]
+    first = next((line for line in lines if line and not line.startswith("--")), "")
+    return first[:200]
 
 
 def _execute(conn: psycopg.Connection[Any], statement: Statement) -> None:
     # packaged statements (migration files, named queries, the contract's DDL, grants
     # composed with identifiers), never user input
-    conn.execute(statement.query, statement.params)  # type: ignore[arg-type]
+    try:
+        conn.execute(statement.query, statement.params)  # type: ignore[arg-type]
+    except psycopg.errors.LockNotAvailable:
+        log.warning("migrate_lock_not_granted", statement=waited(statement))
+        raise
 
 
 def _drop_invalid_leftover(conn: psycopg.Connection[Any], name: str) -> None:
@@ -91,7 +106,7 @@ def _run_alone(conn: psycopg.Connection[Any], step: Step) -> None:
 
 
 def run_step(conn: psycopg.Connection[Any], step: Step, lock_timeout: float) -> None:
-    for attempt in _retrying(lock_timeout):
+    for attempt in _retrying(step, lock_timeout):
         with attempt:
             if step.transaction:
                 _run_transaction(conn, step)

@@ -40,6 +40,7 @@ LEGACY_CHECKSUMS: dict[int, frozenset[str]] = {
     9: frozenset({"ce9a662509453c50f54ab7fb23ef4ab86317818b0c608148e332773aeaae20dc"}),
     10: frozenset({"ae1345f12c8d0965c86cb9afb75f8d7fdd3c0481995f0f764c30bdbb1777c116"}),
 }
+CREATED_OBJECTS = 17  # the migration of safetynet.created_objects
 TRIGGER = "trg_integration_outbox_notify"
 CREATE_TRIGGER = (f"CREATE TRIGGER {TRIGGER} AFTER INSERT ON messenger.integration_outbox "
                   "FOR EACH STATEMENT EXECUTE FUNCTION safetynet.notify_outbox()")
@@ -117,15 +118,19 @@ def _ms(seconds: float) -> str:
     return f"{max(1, round(seconds * 1000))}ms"
 
 
-def ledger_step(m: Migration, lock_timeout: float) -> Step:
+def ledger_step(m: Migration, lock_timeout: float, *, schema: bool = True,
+                ledger: bool = True) -> Step:
     """A ledger migration: its file and its ledger row in one transaction, under the
-    transaction-scoped advisory lock, with only pg_catalog on the search_path."""
+    transaction-scoped advisory lock, with only pg_catalog on the search_path; first the
+    safetynet schema (*schema*) and the ledger (*ledger*) when they are missing."""
+    create = ((Statement(QUERIES["schema_migrations_create_schema"]),) if schema else ()) + (
+        (Statement(QUERIES["schema_migrations_create"]),) if ledger else ())
     return Step(m.label, (
         Statement(QUERIES["schema_migrations_lock"]),
         Statement(QUERIES["schema_migrations_pin_search_path"]),
         _setting("lock_timeout", _ms(lock_timeout), True),
         _setting("statement_timeout", f"{LEDGER_STATEMENT_TIMEOUT}s", True),
-        Statement(QUERIES["schema_migrations_create"]),
+        *create,
         Statement(m.sql),
         Statement(QUERIES["schema_migrations_insert"],
                   {"version": m.version, "name": m.name, "checksum": m.checksum}),
@@ -143,6 +148,15 @@ def ddl_step(label: str, ddl: str, lock_timeout: float, *, concurrent: bool = Fa
         Statement(ddl),
         Statement(QUERIES["schema_migrations_reset_statement_timeout"]),
     ), transaction=False, concurrent=concurrent, builds=builds)
+
+
+def transaction_step(label: str, statements: tuple[Statement, ...],
+                     lock_timeout: float) -> Step:
+    """Statements in one transaction, with only pg_catalog on the search_path and a short
+    ``lock_timeout`` (the grants, the backfilled record, uninstall's trigger and schema)."""
+    head = (Statement(QUERIES["schema_migrations_pin_search_path"]),
+            _setting("lock_timeout", _ms(lock_timeout), True))
+    return Step(label, head + statements, transaction=True)
 
 
 @attrs.frozen
@@ -163,13 +177,14 @@ class Plan:
     """Everything migrate would run now, in order; the session lock around it."""
 
     steps: list[Step]
+    verb: str = "migrate"  # or "uninstall": the script's first line names it
 
     def script(self) -> str:
         """The plan as the psql script a DBA runs (``psql -v ON_ERROR_STOP=1 -f``): the
         session's search_path pin and migrate's advisory lock, each step, the unlock."""
         if not self.steps:
             return ""
-        head = ("-- safetynet migrate: the plan for this database's current state; apply "
+        head = (f"-- safetynet {self.verb}: the plan for this database's current state; apply "
                 "with\n-- psql -v ON_ERROR_STOP=1 -f FILE (a failure rolls back its step; "
                 "print the plan again)\n"
                 + Statement(QUERIES["schema_migrations_pin_session_search_path"]).render()
@@ -217,8 +232,13 @@ def messenger_catalog(conn: psycopg.Connection[Any]) -> tuple[
 
 
 def _ledger_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]:
-    steps = []
+    steps: list[Step] = []
     done = ledger(conn)
+    # created by the first step only when missing: an upgrade needs no CREATE on the
+    # database (docs/operations.md)
+    schema = conn.execute(QUERIES["schema_migrations_schema_exists"]).fetchone() is None
+    table = conn.execute(QUERIES["schema_migrations_ledger_exists"]).fetchone()
+    missing = table is None or table[0] is None
     for migration in migrations(options.folder):
         if migration.version in done:
             if not migration.accepts(done[migration.version][1]):
@@ -226,11 +246,14 @@ def _ledger_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]
                     f"migration {migration.label} changed after it was applied; add a new "
                     "migration instead")
             continue
-        steps.append(ledger_step(migration, options.lock_timeout))
+        first = not steps
+        steps.append(ledger_step(migration, options.lock_timeout, schema=first and schema,
+                                 ledger=first and missing))
     return steps
 
 
-def _index_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]:
+def _index_steps(conn: psycopg.Connection[Any], options: Options,
+                 recording: bool) -> list[Step]:
     steps = []
     _, indexes = messenger_catalog(conn)
     for index in contract.INDEXES:
@@ -249,20 +272,67 @@ def _index_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]:
             raise MigrationError(
                 f"messenger.{index.name} exists with another definition; rename it, or "
                 "build the index check-schema prints under another name")
-        steps.append(ddl_step(f"index {index.name}", index.ddl(concurrently=True),
-                              options.lock_timeout, concurrent=True, builds=index.name))
+        step = ddl_step(f"index {index.name}", index.ddl(concurrently=True),
+                        options.lock_timeout, concurrent=True, builds=index.name)
+        if recording:  # in the same run as the build: uninstall removes exactly these
+            step = attrs.evolve(step, statements=(*step.statements, _record(
+                "index", index.name, index.table, "built")))
+        steps.append(step)
     return steps
 
 
-def _trigger_steps(conn: psycopg.Connection[Any], options: Options) -> list[Step]:
+def _trigger_steps(conn: psycopg.Connection[Any], options: Options,
+                   recording: bool) -> list[Step]:
     trigger = conn.execute(QUERIES["schema_contract_outbox_trigger"]).fetchone()
     present = bool(trigger and trigger[0])
     if options.notify_trigger and not present:
-        return [ddl_step(f"trigger {TRIGGER}", CREATE_TRIGGER, options.lock_timeout)]
-    if not options.notify_trigger and present:
-        return [ddl_step(f"drop trigger {TRIGGER} (wakeup = poll)", DROP_TRIGGER,
-                         options.lock_timeout)]
-    return []
+        step = ddl_step(f"trigger {TRIGGER}", CREATE_TRIGGER, options.lock_timeout)
+        record = _record("trigger", TRIGGER, "integration_outbox", "built")
+    elif not options.notify_trigger and present:
+        step = ddl_step(f"drop trigger {TRIGGER} (wakeup = poll)", DROP_TRIGGER,
+                        options.lock_timeout)
+        record = Statement(QUERIES["created_objects_forget"],
+                           {"kind": "trigger", "name": TRIGGER})
+    else:
+        return []
+    return [attrs.evolve(step, statements=(*step.statements, record)) if recording
+            else step]
+
+
+def _record(kind: str, name: str, table: str, how: str) -> Statement:
+    return Statement(QUERIES["created_objects_record"],
+                     {"kind": kind, "name": name, "table": table, "how": how})
+
+
+def _recording(conn: psycopg.Connection[Any], options: Options) -> bool:
+    """Whether safetynet.created_objects exists, or will by the time the messenger-side
+    steps run (its migration is in this build's files)."""
+    exists = conn.execute(QUERIES["created_objects_exists"]).fetchone()
+    return (exists is not None and exists[0] is not None) or any(
+        m.version == CREATED_OBJECTS for m in migrations(options.folder))
+
+
+def _backfill_steps(conn: psycopg.Connection[Any], options: Options,
+                    pending: list[Step]) -> list[Step]:
+    """Once, in the migrate that applies migration 0017: the objects earlier releases built
+    that are provably safetynet's (see that migration), recorded as 'backfilled'."""
+    if options.safetynet_only or not any(
+            s.migration and s.migration.version == CREATED_OBJECTS for s in pending):
+        return []
+    newer = {str(r[0]) for r in conn.execute(
+        QUERIES["created_objects_newer_indexes"]).fetchall()}
+    _, indexes = messenger_catalog(conn)
+    found = [_record("index", index.name, index.table, "backfilled")
+             for index in contract.INDEXES
+             if not index.required and index.name in newer
+             and any(i.name == index.name and i.valid
+                     for i in contract.equivalent(indexes, index))]
+    if conn.execute(QUERIES["created_objects_trigger_is_ours"]).fetchone() is not None:
+        found.append(_record("trigger", TRIGGER, "integration_outbox", "backfilled"))
+    if not found:
+        return []
+    return [transaction_step("record what earlier releases built", tuple(found),
+                             options.lock_timeout)]
 
 
 def _grant_steps(conn: psycopg.Connection[Any], options: Options,
@@ -271,7 +341,7 @@ def _grant_steps(conn: psycopg.Connection[Any], options: Options,
     migrate that runs a migration (it may add tables or functions) or whose build grants
     otherwise (the digest differs), so the roles keep working (docs/operations.md)."""
     known = {role: (access, digest) for role, access, digest in grants.recorded(conn)}
-    given: dict[str, grants.Access] = {}
+    given: dict[str, grants.Access] = dict.fromkeys(grants.adopted(conn), "runtime")
     for role, access in ((options.grant_to, "runtime"), (options.grant_read_to, "read")):
         if role is not None:
             grants.require_role(conn, role)
@@ -287,17 +357,18 @@ def _grant_steps(conn: psycopg.Connection[Any], options: Options,
         statements += [Statement(q) for q in composed if not isinstance(q, tuple)]
     if not statements:
         return []
-    head = (Statement(QUERIES["schema_migrations_pin_search_path"]),
-            _setting("lock_timeout", _ms(options.lock_timeout), True))
     roles = ", ".join(sorted(set(known) | set(given)))
-    return [Step(f"grants to {roles}", head + tuple(statements), transaction=True)]
+    return [transaction_step(f"grants to {roles}", tuple(statements), options.lock_timeout)]
 
 
 def plan(conn: psycopg.Connection[Any], options: Options = DEFAULTS) -> Plan:
     """What migrate would run now, in order."""
     steps = _ledger_steps(conn, options)
     migrating = bool(steps)
+    steps += _backfill_steps(conn, options, steps)  # before anything new is built
     if not options.safetynet_only:
-        steps += _index_steps(conn, options) + _trigger_steps(conn, options)
+        recording = _recording(conn, options)
+        steps += (_index_steps(conn, options, recording)
+                  + _trigger_steps(conn, options, recording))
     steps += _grant_steps(conn, options, migrating)
     return Plan(steps)

@@ -13,9 +13,10 @@ needs of them is written here, per job:
   definition (table, key columns, uniqueness, predicate) under any name. ``required``
   ones (the unique keys that ``ON CONFLICT`` names) stop the jobs that need them; the
   others are recommended (a missing one is a warning and a gauge) and are built by
-  ``migrate`` (``CONCURRENTLY``, under the name given here) when no equivalent exists;
-* :data:`COLUMN_PRIVILEGES` — what the runtime role is granted, per column, derived from
-  the above (:data:`TABLE_PRIVILEGES` sums it up per table).
+  ``migrate`` (``CONCURRENTLY``, under the name given here) when no equivalent exists.
+
+What the runtime role is granted, per column, is derived from :data:`COLUMNS` by
+:data:`supervision.db.grants.COLUMN_PRIVILEGES`.
 """
 
 from __future__ import annotations
@@ -216,25 +217,6 @@ INDEXES: tuple[Index, ...] = (
 TABLES: tuple[str, ...] = tuple(dict.fromkeys(c.table for c in COLUMNS))
 
 
-def _column_privileges() -> dict[str, dict[str, tuple[str, ...]]]:
-    """table -> privilege -> columns: SELECT on every contract column (a written column is
-    read by its UPDATE's expressions and RETURNING too), UPDATE on the written ones,
-    INSERT on the inserted ones. ``migrate --grant-to`` grants exactly these per column."""
-    out: dict[str, dict[str, dict[str, None]]] = {t: {} for t in TABLES}
-    kind = {"read": None, "write": "UPDATE", "insert": "INSERT"}
-    for column in COLUMNS:
-        for privilege in ("SELECT", kind[column.access]):
-            if privilege is not None:
-                out[column.table].setdefault(privilege, {})[column.name] = None
-    return {t: {p: tuple(cols) for p, cols in privs.items()} for t, privs in out.items()}
-
-
-COLUMN_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = _column_privileges()
-# table-level privileges that have no per-column form: outbox retention's DELETE
-TABLE_ONLY_PRIVILEGES: dict[str, tuple[str, ...]] = {"integration_outbox": ("DELETE",)}
-# The outbox tables whose id INSERTs draw: USAGE on its sequence only when it is a
-# serial's (an identity column needs no grant).
-SEQUENCE_TABLES = ("integration_outbox", "realtime_outbox")
 
 
 @attrs.frozen

@@ -204,7 +204,7 @@ upd AS (
     UPDATE messenger.call_recordings
     SET status = 'Failed', failure_reason = 'Timeout', updated_at = now()
     WHERE id IN (SELECT id FROM locked) AND status || '' IN ('Pending', 'Recording', 'Uploading')
-    RETURNING *
+    RETURNING id, chat_id, session_kind, session_id  -- never *: only the contract's columns
 ),
 rt AS (
     INSERT INTO messenger.realtime_outbox
@@ -360,14 +360,20 @@ upd AS (
     FROM input i
     WHERE r.id = i.recording_id AND i.transition AND r.id IN (SELECT id FROM locked)
       AND r.status || '' IN ('Pending', 'Recording', 'Uploading')
-    RETURNING r.*
+    -- the columns named, never r.*: the runtime role may read only the contract's
+    RETURNING r.id, r.session_id, r.session_kind, r.chat_id, r.deal_id, r.tenant_id,
+              r.media_type, r.file_id, r.format, r.duration_seconds, r.size_bytes,
+              r.trigger, r.started_at, r.ended_at, r.available_at, r.status
 ),
 src AS (
     SELECT * FROM upd
     UNION ALL
     SELECT r.* FROM input i
     CROSS JOIN LATERAL (
-        SELECT * FROM messenger.call_recordings c WHERE c.id = i.recording_id
+        SELECT c.id, c.session_id, c.session_kind, c.chat_id, c.deal_id, c.tenant_id,
+               c.media_type, c.file_id, c.format, c.duration_seconds, c.size_bytes,
+               c.trigger, c.started_at, c.ended_at, c.available_at, c.status
+        FROM messenger.call_recordings c WHERE c.id = i.recording_id
         LIMIT 1  -- a key probe per input row, whatever the statistics say (see below)
     ) r
     WHERE r.status = 'Available' AND r.id IN (SELECT id FROM locked)
@@ -402,7 +408,7 @@ rt AS (
                               'SessionKind', s.session_kind, 'Status', 'Available')
     FROM src s
     WHERE s.id::text IN (SELECT dedupe_key FROM ob)
-    RETURNING id
+    RETURNING reference_id  -- not id: the runtime role may read only the contract's columns
 ),
 fin AS (
     UPDATE messenger.recording_finalize_attempts a

@@ -155,7 +155,11 @@ upd AS (
         updated_at = now()
     FROM judged j
     WHERE c.id = j.id AND j.rejected IS NULL AND c.status = %(from_status)s::text
-    RETURNING c.*, j.headers, j.recording_id, j.active_recordings
+    -- the columns named, never c.*: the runtime role may read only the contract's
+    RETURNING c.id, c.chat_id, c.deal_id, c.tenant_id, c.media_type, c.status,
+              c.end_reason, c.started_by_user_id, c.started_at, c.ended_at,
+              c.duration_seconds, c.peak_participant_count,
+              j.headers, j.recording_id, j.active_recordings
 ),
 ob AS (
     INSERT INTO messenger.integration_outbox

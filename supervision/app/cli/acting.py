@@ -246,7 +246,7 @@ def pause(job: Job, for_: str | None, reason: str | None, actor: str | None,
         with operator_connection(cfg) as conn:
             done, _ = actions.pause(conn, Actor.from_os(actor), job, reason, seconds)
     except psycopg.Error as exc:
-        fail(f"postgres: {type(exc).__name__}")
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     since = f"since {done.pause.paused_at} by {done.pause.paused_by}"
     why = f": {done.pause.reason}" if done.pause.reason else ""
     click.echo(printable(f"paused {job} ({since}){why}" if done.new
@@ -270,7 +270,7 @@ def resume(job: Job, reason: str | None, actor: str | None,
         with operator_connection(cfg) as conn:
             ended, _ = actions.resume(conn, Actor.from_os(actor), job, reason)
     except psycopg.Error as exc:
-        fail(f"postgres: {type(exc).__name__}")
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     if ended is None:
         click.echo(f"{job} was not paused")
         return
@@ -322,7 +322,7 @@ def accept_missing(for_: str, revoke: bool, preview: bool, reason: str | None,
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     except psycopg.Error as exc:
-        fail(f"postgres: {type(exc).__name__}")
+        fail(f"postgres: {describe(exc)}", cfg=cfg)
     click.echo(printable(f"Missing verdicts under {where} accepted until "
                          f"{done.accepted_until} by {done.accepted_by}: {done.reason} "
                          f"(trail #{trail_id})"))

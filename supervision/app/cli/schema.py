@@ -1,5 +1,5 @@
-"""The schema's verbs: ``migrate`` (online, versioned) and ``check-schema`` (the
-messenger's tables against the contract)."""
+"""The schema's verbs: ``migrate`` (online, versioned), ``check-schema`` (the messenger's
+tables against the contract) and ``uninstall`` (exactly what safetynet created, online)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,10 @@ def check_schema(config_files: tuple[Path, ...]) -> None:
         click.echo(printable(line))
     if report.blocking:
         sys.exit(EXIT_SLO)
+    warned = " (with warnings)" if report.problems else ""
+    if not report.versions.installed:
+        click.echo("the messenger's tables are compatible" + warned)
+        return
     click.echo("schema is compatible" + (" (with warnings)" if report.lines() else ""))
 
 
@@ -128,3 +132,36 @@ def _with_logical(report: SchemaReport, dsn: str, cfg: Config) -> SchemaReport:
 
     found = logical_report(dsn, source_of(cfg.outbox_relay))
     return attrs.evolve(report, problems=[*report.problems, *found])
+
+
+@main.command()
+@config_option
+@click.option("--print-sql", is_flag=True,
+              help="Print what would run against this database now, and run nothing.")
+@click.option("--yes", is_flag=True, help="Really remove safetynet (stop every replica first).")
+def uninstall(config_files: tuple[Path, ...], print_sql: bool, yes: bool) -> None:
+    """Remove exactly what safetynet created (recorded when it created it): its indexes on
+    the messenger's tables (CONCURRENTLY), the NOTIFY trigger, its grants there, then the
+    safetynet schema; online (short lock_timeout, retried). Never a messenger object."""
+    from supervision.db import uninstall as u
+    from supervision.db.migrate import APPLICATION_NAME
+    from supervision.db.pgconn import conninfo
+    from supervision.logs import configure_logging
+
+    cfg = load_or_exit(config_files)
+    configure_logging(cfg.logging.level, cfg.logging.format, secrets=secrets_in(cfg))
+    dsn = conninfo(cfg.postgres, APPLICATION_NAME)
+    if not print_sql and not yes:
+        raise click.UsageError("uninstall removes safetynet's schema and data: add --yes "
+                               "(or --print-sql to review the plan)")
+    try:
+        if print_sql:
+            click.echo(u.planned(dsn).script(), nl=False)
+            return
+        done = u.uninstall(dsn)
+    except SafetynetError as exc:
+        fail(str(exc), cfg=cfg)
+    for step in done:
+        click.echo(f"applied {step.label}")
+    if not done:
+        click.echo("safetynet is not installed")

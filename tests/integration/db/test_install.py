@@ -17,11 +17,10 @@ import tomli_w
 from psycopg import sql
 
 from actors.outbox.queries import OUTBOX_QUERIES
-from supervision.db.migrate import Options, apply_messenger_fixture, grant, migrate
+from supervision.db.migrate import Options, apply_messenger_fixture, migrate
 from supervision.db.queries import QUERIES
 from supervision.dev.kafka import KafkaServer
 from supervision.dev.ports import free_ports
-from supervision.dev.postgres import PostgresServer
 from supervision.dev.s3 import S3Server
 from tests.cli import cli, postgres_only_config
 from tests.integration.app.test_shutdown import events, start_daemon
@@ -38,6 +37,25 @@ def test_check_schema_passes_on_the_contracts_own_tables(config: Path) -> None:
     """The fixture's tables (SPEC §2) after migrate: exit 0, no problem line."""
     proc = cli(config, "check-schema")
     assert (proc.returncode, proc.stdout) == (0, "schema is compatible\n"), proc.stderr
+
+
+def test_check_schema_before_the_first_migrate_says_not_installed_yet(
+        empty_db_dsn: str, tmp_path: Path) -> None:
+    """On the messenger's database before safetynet's install: exit 0, "not installed yet"
+    and no pending migrations named; a broken messenger contract still exits 2."""
+    apply_messenger_fixture(empty_db_dsn)
+    config = postgres_only_config(tmp_path, empty_db_dsn)
+    proc = cli(config, "check-schema")
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "safetynet not installed yet" in proc.stdout
+    assert "migrations pending" not in proc.stdout
+    assert proc.stdout.endswith("the messenger's tables are compatible (with warnings)\n")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE messenger.conference_sessions ALTER COLUMN "
+                     "last_activity_at TYPE timestamp")
+    broken = cli(config, "check-schema")
+    assert broken.returncode == 2 and "last_activity_at" in broken.stdout
+    assert "safetynet not installed yet" in broken.stdout
 
 
 def break_messenger(dsn: str) -> None:
@@ -195,66 +213,16 @@ def test_schema_ahead_of_the_build_is_a_warning_not_a_stop(config: Path, db_dsn:
     assert "ahead of this build: 9999_from_the_future" in proc.stdout
 
 
-@pytest.fixture
-def runtime_role(pg_server: PostgresServer, db_dsn: str) -> tuple[str, str]:
-    """A login role granted by `migrate --grant-to` only; its DSN."""
-    role, password = f"sn_rt_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-            sql.Identifier(role), sql.Literal(password)))
-    granted = grant(db_dsn, role)
-    assert 'GRANT DELETE ON messenger."integration_outbox" TO "' + role + '";' in granted
-    assert not any("SEQUENCE" in g for g in granted)  # identity ids: no sequence grant
-    info = psycopg.conninfo.conninfo_to_dict(db_dsn)
-    info.update(user=role, password=password)
-    return role, psycopg.conninfo.make_conninfo("", **info)
-
-
-def test_runtime_role_runs_every_job_and_verb_but_no_ddl(
-        runtime_role: tuple[str, str], db_dsn: str, s3_server: S3Server,
-        kafka_server: KafkaServer, bucket: str, tmp_path: Path) -> None:
-    """As the granted role: every job's run-once and status, plan, requeue, audit, pause,
-    resume succeed; CREATE, ALTER, DROP and TRUNCATE in the messenger schema are denied."""
-    _, dsn = runtime_role
-    with psycopg.connect(db_dsn, autocommit=True) as conn:  # the messenger writes it
-        conf = insert_conference(conn, status="Active", last_activity_ago=7200)
-    path = tmp_path / "role.toml"
-    path.write_text(tomli_w.dumps({
-        "postgres": {"dsn": dsn},
-        "s3": s3_settings(s3_server, bucket),
-        "kafka": {"bootstrap_servers": kafka_server.bootstrap_servers},
-    }))
-    for args in (["run-once", "--job", "conference-reaper"],
-                 ["run-once", "--job", "recording-finalize"],
-                 ["run-once", "--job", "outbox-relay"],
-                 ["status", "--json"], ["plan"], ["audit"],
-                 ["pause", "--job", "recording-finalize"],
-                 ["resume", "--job", "recording-finalize"]):
-        proc = cli(path, *args)
-        assert proc.returncode in (0, 2), (args, proc.stderr)  # 2: an SLO verdict
-        assert "permission denied" not in proc.stderr, (args, proc.stderr)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT status FROM messenger.conference_sessions WHERE id = %s",
-                           (conf.id,)).fetchone()
-        assert row == ("Ended",)
-    requeue = cli(path, "requeue", conf.id)
-    assert "permission denied" not in requeue.stderr
-    for statement in ("CREATE TABLE messenger.x (id int)",
-                      "ALTER TABLE messenger.call_recordings ADD COLUMN x int",
-                      "DROP TABLE messenger.realtime_outbox",
-                      "TRUNCATE messenger.integration_outbox",
-                      "CREATE INDEX ix_x ON messenger.call_recordings (file_id)"):
-        with psycopg.connect(dsn, autocommit=True) as conn, \
-                pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute(statement)  # type: ignore[call-overload]
+# The runtime and read-only roles doing the work: tests/integration/db/test_least_privilege.py
 
 
 def test_migrate_waits_for_a_lock_in_short_tries_so_writers_never_queue_long(
-        empty_db_dsn: str) -> None:
+        empty_db_dsn: str, no_secrets_in_logs: io.StringIO) -> None:
     """A messenger transaction holds the outbox (ROW EXCLUSIVE) while migrate must add the
     NOTIFY trigger (SHARE ROW EXCLUSIVE): migrate tries for lock_timeout, steps back and
     retries, so other writers' INSERTs keep going (each waits at most about lock_timeout);
-    once the long transaction ends, migrate finishes."""
+    once the long transaction ends, migrate finishes. Each wait is logged with the step
+    and the statement that waited."""
     apply_messenger_fixture(empty_db_dsn)
     migrate(empty_db_dsn, Options(notify_trigger=False))
     insert = ("INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key, "
@@ -286,6 +254,14 @@ def test_migrate_waits_for_a_lock_in_short_tries_so_writers_never_queue_long(
     assert len(waits) > 50
     with psycopg.connect(empty_db_dsn) as conn:
         assert conn.execute(QUERIES["schema_contract_outbox_trigger"]).fetchone() == (True,)
+    lines = [json.loads(line) for line in no_secrets_in_logs.getvalue().splitlines()]
+    logged = [e for e in lines if e.get("event") == "migrate_lock_not_granted"]
+    assert logged and all(e["statement"].startswith(
+        "CREATE TRIGGER trg_integration_outbox_notify AFTER INSERT ON "
+        "messenger.integration_outbox") for e in logged), logged
+    retries = [e for e in lines if e.get("event") == "stamina.retry_scheduled"]
+    assert retries and {e["callable"] for e in retries} == {
+        "migrate step trigger trg_integration_outbox_notify"}, retries
 
 
 def test_retention_deletes_are_found_through_the_published_index(db_dsn: str) -> None:

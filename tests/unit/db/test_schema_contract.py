@@ -1,12 +1,11 @@
 """The contract as data (supervision/db/schema_contract.py): index equivalence by definition,
-and the privileges it derives for the runtime role."""
+and the privileges derived from it for the runtime role (supervision/db/grants.py)."""
 
 from __future__ import annotations
 
+from supervision.db.grants import COLUMN_PRIVILEGES, TABLE_ONLY_PRIVILEGES
 from supervision.db.schema_contract import (
-    COLUMN_PRIVILEGES,
     INDEXES,
-    TABLE_ONLY_PRIVILEGES,
     CatalogIndex,
     normalized_predicate,
     serves,

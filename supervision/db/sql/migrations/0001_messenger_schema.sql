@@ -2,6 +2,6 @@
 -- they are the messenger's (its own migrations create them; supervision/dev/
 -- messenger_fixture.sql for the demo, the tests and the benches). A database migrated
 -- before keeps this version in its ledger under the old file's checksum, which
--- supervision/db/migrate.py recognises (LEGACY_CHECKSUMS). The safetynet schema itself is
--- created with the ledger (supervision/db/sql/queries/schema_migrations.sql).
+-- supervision/migrate.py recognises (LEGACY_CHECKSUMS). The safetynet schema itself is
+-- created with the ledger (supervision/sql/queries/schema_migrations.sql).
 SELECT 1;

@@ -3,7 +3,7 @@
 -- (safetynet or the messenger service) commits outbox rows. The trigger that calls it, on
 -- the messenger's table, is not a ledger migration since issue 28: `safetynet migrate`
 -- installs it (or drops it, with [postgres] wakeup = "poll") under a short lock_timeout,
--- retried (supervision/db/migrate.py); a database migrated before keeps the old checksum.
+-- retried (supervision/migrate.py); a database migrated before keeps the old checksum.
 CREATE TABLE safetynet.outbox_dead_letters (
     outbox_id bigint PRIMARY KEY,
     topic text NOT NULL,

@@ -9,12 +9,12 @@
 --    * the two SQL functions the claims inline (finalize_classify, conference_phase) get
 --      SQL-standard bodies (BEGIN ATOMIC) instead: such a body is parsed once, here, and
 --      stored with every function and operator already resolved (this migration runs
---      with search_path pinned, supervision/db/migrate.py), so no search_path is consulted
+--      with search_path pinned, supervision/migrate.py), so no search_path is consulted
 --      when they run. A `SET` clause would do the same for a string body, but the
 --      planner never inlines a function that has one, and the claims depend on the
 --      inlining (migrations 0004, 0007). Their calls are qualified all the same.
 --    The daemon's and the CLI's sessions pin their own search_path too
---    (supervision/db/pgconn.py), and docs/operations.md tells DBAs to revoke CREATE on
+--    (supervision/pgconn.py), and docs/operations.md tells DBAs to revoke CREATE on
 --    public.
 --
 -- 2. Dead letters leave the unpublished path. A dead-lettered outbox row stays
@@ -166,5 +166,5 @@ CREATE INDEX ix_dead_letters_created ON safetynet.outbox_dead_letters (created_a
 
 -- The relay's path, unpublished rows that are not dead letters, is the messenger-side
 -- index ix_outbox_live: like every index on a messenger table it is declared in
--- supervision/db/schema_contract.py (INDEXES) and built by `safetynet migrate` with
+-- supervision/schema_contract.py (INDEXES) and built by `safetynet migrate` with
 -- CREATE INDEX CONCURRENTLY outside any transaction, never by a ledger migration.

@@ -40,4 +40,4 @@ CREATE TRIGGER trg_operator_actions_no_truncate
 ALTER TABLE safetynet.job_pauses ADD COLUMN expires_at timestamptz NULL;
 
 -- The console's search by file id is served by ix_recording_file_id, a messenger-side
--- index declared in supervision/db/schema_contract.py and built CONCURRENTLY by migrate.
+-- index declared in supervision/schema_contract.py and built CONCURRENTLY by migrate.

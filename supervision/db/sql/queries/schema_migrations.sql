@@ -8,8 +8,14 @@ SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('safetynet.migrate')
 -- statements, or the SQL-standard function bodies they store, resolve to (issue #26).
 SET LOCAL search_path = pg_catalog, pg_temp;
 
--- name: schema_migrations_create --
+-- name: schema_migrations_create_schema --
+-- Only when the schema is missing (the first install): CREATE SCHEMA needs CREATE on the
+-- database, which an upgrade must not need, even with IF NOT EXISTS.
 CREATE SCHEMA IF NOT EXISTS safetynet;
+
+-- name: schema_migrations_create --
+-- Only when the ledger is missing (CREATE TABLE, even IF NOT EXISTS, needs CREATE on the
+-- schema).
 CREATE TABLE IF NOT EXISTS safetynet.schema_migrations (
     version int PRIMARY KEY,
     name text NOT NULL,
@@ -27,6 +33,9 @@ INSERT INTO safetynet.schema_migrations (version, name, checksum) VALUES (%(vers
 -- migrate's per-statement bounds (lock_timeout before each lock-taking statement,
 -- statement_timeout lifted around a concurrent index build); is_local: this transaction only.
 SELECT set_config(%(name)s, %(value)s, %(is_local)s);
+
+-- name: schema_migrations_schema_exists --
+SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'safetynet';
 
 -- name: schema_migrations_ledger_exists --
 -- Whether the ledger exists yet (NULL before the first migrate).
@@ -75,3 +84,15 @@ SET access = EXCLUDED.access, digest = EXCLUDED.digest, granted_at = pg_catalog.
 
 -- name: schema_migrations_role_exists --
 SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(role)s;
+
+-- name: schema_migrations_previous_grantees --
+-- A database migrated before migration 0014 recorded grantees: the roles an earlier
+-- release's --grant-to granted (INSERT on safetynet.leases, given explicitly, not its
+-- owner's), which migrate adopts as runtime grantees so that they keep working.
+SELECT DISTINCT r.rolname
+FROM pg_catalog.pg_class c
+CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+WHERE c.oid = pg_catalog.to_regclass('safetynet.leases')
+  AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
+ORDER BY 1;
