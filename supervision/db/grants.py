@@ -30,9 +30,12 @@ from supervision.errors import MigrationError
 Access = Literal["runtime", "read"]
 
 # System columns a verb reads (every table has them, check-schema has nothing to check):
-# ``plan`` tells a row held by another transaction from its xmax (supervision/app/sql/plan.sql).
+# ``plan`` tells a row held by another transaction from its xmax (supervision/app/sql/plan.sql);
+# in the relay's logical source the views, retention and the auditor tell a row the slot
+# has passed from its xmin (actors/outbox/sql, actors/audit/sql/audit.sql).
 SYSTEM_COLUMNS: dict[str, tuple[str, ...]] = {
-    "recording_finalize_attempts": ("xmax",), "call_recordings": ("xmax",)}
+    "recording_finalize_attempts": ("xmax",), "call_recordings": ("xmax",),
+    "integration_outbox": ("xmin",)}
 
 
 def _column_privileges() -> dict[str, dict[str, tuple[str, ...]]]:
