@@ -38,16 +38,20 @@ log = structlog.get_logger("outbox_marker")
 
 @pipelined
 def mark_answered(conn: psycopg.Connection, published: list[int],
-                  failed: list[Failure]) -> None:
+                  failed: list[Failure]) -> list[int]:
     """Mark *published* (acknowledged, only those) and count an attempt of each row in
-    *failed*, with its error (a statement per distinct error)."""
+    *failed*, with its error (a statement per distinct error); the commit-to-ack latency
+    (ms) of each row marked."""
+    latencies: list[int] = []
     if published:
-        conn.execute(OUTBOX_QUERIES["outbox_mark_published"], {"ids": published})
+        latencies = [int(r[0]) for r in conn.execute(
+            OUTBOX_QUERIES["outbox_mark_published"], {"ids": published}).fetchall()]
     by_error: dict[str, list[int]] = defaultdict(list)
     for failure in failed:
         by_error[failure.error[:512]].append(failure.id)
     for error, ids in by_error.items():
         conn.execute(OUTBOX_QUERIES["outbox_mark_failed"], {"ids": ids, "last_error": error})
+    return latencies
 
 
 def _queued(inbox: trio.MemoryReceiveChannel[Answered]) -> list[Answered]:
@@ -78,7 +82,8 @@ async def _record(db: Database, counts: RelayCounts, unmarked: set[int],
     published = [outbox_id for answered in answers for outbox_id in answered.acked]
     failed = [failure for answered in answers for failure in answered.failed]
     async with must_complete():
-        await db.atomic(mark_answered, published, failed)
+        latencies = await db.atomic(mark_answered, published, failed)
+    counts.acks.observe(latencies or ())
     unmarked.difference_update(published)
     counts.published += len(published)
     counts.failed += len(failed)

@@ -81,7 +81,9 @@ SELECT EXISTS (
 -- Only after the broker acknowledged each of these rows.
 UPDATE messenger.integration_outbox
 SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
-WHERE id = ANY(%(ids)s) AND published_at IS NULL;
+WHERE id = ANY(%(ids)s) AND published_at IS NULL
+-- each row's commit-to-ack latency in ms (the charts' rollup, migration 0016)
+RETURNING GREATEST(0, round(EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000))::bigint;
 
 -- name: outbox_mark_failed --
 UPDATE messenger.integration_outbox
