@@ -31,6 +31,7 @@ from supervision.app.console import inputs, views
 from supervision.app.console.audit_runs import AUDIT_MIN_INTERVAL_S, Audits
 from supervision.app.console.daemon_metrics import scrape
 from supervision.app.console.inputs import BadInput, read_form
+from supervision.app.console.panels import chart_context
 from supervision.app.console.security import (
     HEADERS,
     SESSION_COOKIE,
@@ -68,7 +69,8 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
     gate = gate or Gate(cfg.console)
     console = _Console(cfg, db, gate)
     routes = [
-        Route("/", console.overview), Route("/recordings", console.recordings),
+        Route("/", console.overview), Route("/jobs/{job}", console.job),
+        Route("/recordings", console.recordings),
         Route("/conferences", console.conferences), Route("/outbox", console.outbox),
         Route("/outbox/keys", console.frozen_keys),
         Route("/outbox/{row_id:int}", console.outbox_row), Route("/audit", console.audit),
@@ -179,8 +181,19 @@ class _Console:
     async def overview(self, request: Request) -> Response:
         daemon = await scrape(self.cfg.http.listen)
         data = await self.read(views.overview, self.cfg)
-        return self.render(request, "overview.html", {**data, "daemon": daemon},
+        charts = await chart_context(self.read, request.query_params, JOBS)
+        return self.render(request, "overview.html", {**data, "daemon": daemon, **charts},
                            refresh=True)
+
+    @_page
+    async def job(self, request: Request) -> Response:
+        """One job's charts (the overview links each job here)."""
+        job = request.path_params["job"]
+        if job not in JOBS:
+            return self.render(request, "message.html", {
+                "title": "not found", "message": "no such job"}, status=404)
+        charts = await chart_context(self.read, request.query_params, (job,))
+        return self.render(request, "job.html", {"job": job, **charts}, refresh=True)
 
     @_page
     async def recordings(self, request: Request) -> Response:
