@@ -48,6 +48,7 @@ class Line:
     series: int
     name: str
     segments: tuple[str, ...]  # SVG points lists; a slot with no value breaks the line
+    dots: tuple[tuple[float, float], ...] = ()  # every point (a lone one shows too)
 
 
 @attrs.frozen
@@ -125,9 +126,8 @@ def _x_ticks(starts: Sequence[dt.datetime], slot_w: float) -> tuple[Tick, ...]:
                  for i in range(0, n, every))
 
 
-def _y_ticks(top: float, unit: str) -> tuple[Tick, ...]:
-    return tuple(Tick(_y(top * f, top), number(top * f) + (f" {unit}" if f == 1 else ""))
-                 for f in (0.0, 0.5, 1.0))
+def _y_ticks(top: float) -> tuple[Tick, ...]:
+    return tuple(Tick(_y(top * f, top), number(top * f)) for f in (0.0, 0.5, 1.0))
 
 
 def _slot_label(at: dt.datetime, names: Sequence[str], values: Sequence[float | None],
@@ -174,7 +174,7 @@ def bar_chart(id: str, title: str, unit: str, starts: Sequence[dt.datetime],
                    for s, (name, total) in enumerate(zip(names, totals, strict=True)))
     summary = (", ".join(f"{name} {number(total)}" for name, total in zip(
         names, totals, strict=True) if total) or "nothing") + f" {unit} in all"
-    return Chart(id, title, unit, summary, tuple(columns), (), _y_ticks(top, unit),
+    return Chart(id, title, unit, summary, tuple(columns), (), _y_ticks(top),
                  _x_ticks(starts, slot_w), legend, ("time (UTC)", *names), tuple(rows),
                  empty=not any(totals))
 
@@ -190,16 +190,18 @@ def line_chart(id: str, title: str, unit: str, starts: Sequence[dt.datetime],
     for s, (name, values) in enumerate(series):
         segments: list[str] = []
         points: list[str] = []
+        dots: list[tuple[float, float]] = []
         for i, v in enumerate(values):
             if v is None:
                 if points:
                     segments.append(" ".join(points))
                 points = []
                 continue
-            points.append(f"{round(LEFT + slot_w * (i + 0.5), 2)},{_y(v, top)}")
+            dots.append((round(LEFT + slot_w * (i + 0.5), 2), _y(v, top)))
+            points.append(f"{dots[-1][0]},{dots[-1][1]}")
         if points:
             segments.append(" ".join(points))
-        lines.append(Line(s % PALETTE, name, tuple(segments)))
+        lines.append(Line(s % PALETTE, name, tuple(segments), tuple(dots)))
     columns = tuple(Column(round(LEFT + slot_w * i, 2), round(slot_w, 2), _slot_label(
         at, names, [values[i] for _, values in series], unit)) for i, at in enumerate(starts))
     latest = [next((v for v in reversed(values) if v is not None), None)
@@ -209,7 +211,7 @@ def line_chart(id: str, title: str, unit: str, starts: Sequence[dt.datetime],
     summary = ", ".join(f"{name}: latest {number(v)}, peak {number(_peak(values))}"
                         for (name, values), v in zip(series, latest, strict=True))
     summary += f" ({unit})"
-    return Chart(id, title, unit, summary, columns, tuple(lines), _y_ticks(top, unit),
+    return Chart(id, title, unit, summary, columns, tuple(lines), _y_ticks(top),
                  _x_ticks(starts, slot_w), legend, ("time (UTC)", *names), tuple(rows),
                  empty=all(v is None for _, values in series for v in values))
 
