@@ -22,7 +22,6 @@ A failed write never fails a cycle: it is logged (``rollup_write_failed``) and c
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import psycopg
@@ -42,7 +41,11 @@ log = structlog.get_logger("rollup")
 KEEP_S = 8 * 24 * 3600  # eight days: the 24-hour charts, and a week to compare with
 WRITE_LIMIT_S = 2.0  # a rollup write that takes longer is abandoned (the cycle goes on)
 BUCKETS = 10  # the relay's latency buckets (actors.outbox.state.ACK_BUCKETS_MS, + the rest)
-_SKIPPED = frozenset({"duration_ms"})
+# the counts kept, a column each: every job's verdicts by outcome (the relay's published
+# and failed rows among them)
+OUTCOMES = ("reconciled", "republished", "failed", "quarantined", "withheld", "config_fault",
+            "empty_timeout", "provision_failed", "stale_timeout", "errors", "published")
+FAILED_TICKS = frozenset({CycleStatus.OVERRAN, CycleStatus.INFRASTRUCTURE_ERROR})
 # each job's backlog and oldest-age gauges (the scan leader's), by their exported names
 BACKLOG_GAUGES: dict[str, tuple[str, str | None]] = {
     Job.RECORDING_FINALIZE: ("messenger_recording_finalize_backlog",
@@ -59,24 +62,19 @@ ROLLUP_FAILURES = Counter(
 
 
 def tick_params(tick: TickFigures) -> dict[str, Any]:
-    """The parameters of ``job_minutes_add`` for *tick*."""
-    outcomes: dict[str, int] = {}
-    if tick.status is not CycleStatus.RAN:
-        outcomes[f"tick_{tick.status}"] = 1
+    """The parameters of ``job_minutes_add`` for *tick*: the counts of :data:`OUTCOMES`
+    its cycle's result carries (the others, such as ``transient``, are not charted)."""
     result = tick.result
-    if result is not None and hasattr(result, "as_json"):
-        for name, value in result.as_json().items():
-            if name not in _SKIPPED and isinstance(value, int) and value:
-                outcomes[name] = value
+    figures = result.as_json() if result is not None and hasattr(result, "as_json") else {}
+    params: dict[str, Any] = {name: int(figures.get(name, 0) or 0) for name in OUTCOMES}
+    params["failed_ticks"] = int(tick.status in FAILED_TICKS)
     acks = getattr(result, "acks", None)
-    buckets = list(getattr(acks, "buckets", None) or [0] * BUCKETS)
-    return {"job": str(tick.job), "cycles": int(result is not None),
-            "outcomes": json.dumps(outcomes, sort_keys=True),
-            "published": int(getattr(result, "published", 0) or 0)
-            if tick.job == Job.OUTBOX_RELAY else 0,
-            "ack_ms_max": int(getattr(acks, "max_ms", 0) or 0),
-            "ack_ms_buckets": buckets, "restarts": tick.restarts,
-            "lease_changes": tick.lease_changes}
+    params.update({
+        "job": str(tick.job), "cycles": int(result is not None),
+        "ack_ms_max": int(getattr(acks, "max_ms", 0) or 0),
+        "ack_ms_buckets": list(getattr(acks, "buckets", None) or [0] * BUCKETS),
+        "restarts": tick.restarts, "lease_changes": tick.lease_changes})
+    return params
 
 
 def _add(conn: psycopg.Connection, params: dict[str, Any]) -> None:

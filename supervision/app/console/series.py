@@ -6,8 +6,9 @@ read for a span and summed into equal slots.
 >>> minutes.slots["recording-finalize"][-1].outcomes["reconciled"]
 
 One query (``job_minutes_since``: the primary key, one range per job, at most 1,440 rows
-a job a day), then plain Python: every slot of the span is there, empty when no cycle
-wrote in it, so a chart's x axis is the same whether or not the jobs ran.
+a job a day, summed into the span's slots by the database: 60 or 144 rows a job), then
+plain Python: every slot of the span is there, empty when no cycle wrote in it, so a
+chart's x axis is the same whether or not the jobs ran.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
+from actors.outbox.state import ACK_BUCKETS_MS
+from actors.rollup import OUTCOMES
 from supervision.db.queries import QUERIES
-
-# upper bounds (ms) of the relay's latency buckets (actors.outbox.state.ACK_BUCKETS_MS)
-ACK_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
 
 @attrs.frozen
@@ -56,25 +56,24 @@ class Slot:
     published: int = 0
     ack_ms_max: int = 0
     ack_ms_buckets: list[int] = attrs.field(factory=lambda: [0] * (len(ACK_BUCKETS_MS) + 1))
+    failed_ticks: int = 0
     restarts: int = 0
     lease_changes: int = 0
 
     def add(self, row: dict[str, Any]) -> None:
-        self.cycles += int(row["cycles"])
-        self.outcomes.update({str(k): int(v) for k, v in (row["outcomes"] or {}).items()})
+        self.cycles += int(row["cycles"] or 0)
+        self.outcomes.update({name: int(row[name] or 0) for name in OUTCOMES})
         self.backlog = _larger(self.backlog, row["backlog"])
         self.oldest_age_s = _larger(self.oldest_age_s, row["oldest_age_s"])
-        self.published += int(row["published"])
-        self.ack_ms_max = max(self.ack_ms_max, int(row["ack_ms_max"]))
-        buckets = list(row["ack_ms_buckets"] or [])
-        self.ack_ms_buckets = [a + int(b) for a, b in zip(
-            self.ack_ms_buckets, [*buckets, *[0] * len(self.ack_ms_buckets)], strict=False)]
-        self.restarts += int(row["restarts"])
-        self.lease_changes += int(row["lease_changes"])
-
-    @property
-    def failed_ticks(self) -> int:
-        return sum(n for name, n in self.outcomes.items() if name.startswith("tick_"))
+        self.published += int(row["published"] or 0)
+        self.ack_ms_max = max(self.ack_ms_max, int(row["ack_ms_max"] or 0))
+        buckets = row["ack_ms_buckets"] or ()
+        if any(buckets):
+            for i, n in enumerate(buckets[:len(self.ack_ms_buckets)]):
+                self.ack_ms_buckets[i] += int(n or 0)
+        self.failed_ticks += int(row["failed_ticks"] or 0)
+        self.restarts += int(row["restarts"] or 0)
+        self.lease_changes += int(row["lease_changes"] or 0)
 
     def ack_ms_p99(self) -> float | None:
         """The upper bound of the bucket holding the 99th percentile (the largest latency
@@ -129,5 +128,5 @@ def read_minutes(conn: psycopg.Connection, jobs: Sequence[str], span: Span) -> M
     assert now_row is not None
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(QUERIES["job_minutes_since"], {
-            "jobs": list(jobs), "seconds": span.seconds}).fetchall()
+            "jobs": list(jobs), "seconds": span.seconds, "step": span.step}).fetchall()
     return slotted(rows, jobs, span, now_row[0])

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from actors.rollup import OUTCOMES
 from supervision.app.console.app import _templates
 from supervision.app.console.charts import (
     BOTTOM,
@@ -91,9 +92,10 @@ def test_rows_are_summed_into_slots_and_the_span_always_has_every_slot() -> None
     """24 h in 10-minute slots: two minutes of one slot add up; a row before the span is
     left out; the last slot holds now."""
     now = T0 + dt.timedelta(minutes=25)
-    row = {"job": "recording-finalize", "cycles": 1, "outcomes": {"reconciled": 2},
-           "backlog": 7, "oldest_age_s": 3.0, "published": 0, "ack_ms_max": 0,
-           "ack_ms_buckets": [0] * 10, "restarts": 0, "lease_changes": 0}
+    row = {"job": "recording-finalize", "cycles": 1, **dict.fromkeys(OUTCOMES, 0),
+           "reconciled": 2, "backlog": 7, "oldest_age_s": 3.0, "ack_ms_max": 0,
+           "ack_ms_buckets": [0] * 10, "failed_ticks": 0, "restarts": 0,
+           "lease_changes": 0}
     rows = [{**row, "minute": T0 + dt.timedelta(minutes=21)},
             {**row, "minute": T0 + dt.timedelta(minutes=22), "backlog": 9},
             {**row, "minute": T0 - dt.timedelta(days=2)}]

@@ -19,17 +19,18 @@ def seed_minutes(dsn: str) -> None:
     reaper restart 3 hours ago (in the 24 h charts only)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("""
-            INSERT INTO safetynet.job_minutes (job, minute, cycles, outcomes, backlog,
-                oldest_age_s, published, ack_ms_max, ack_ms_buckets, restarts, lease_changes)
+            INSERT INTO safetynet.job_minutes (job, minute, cycles, reconciled, quarantined,
+                republished, withheld, published, stale_timeout, backlog, oldest_age_s,
+                ack_ms_max, ack_ms_buckets, restarts, lease_changes)
             VALUES
             ('recording-finalize', date_trunc('minute', now()) - interval '3 min', 4,
-             '{"reconciled": 7, "quarantined": 2}', 40, 120, 0, 0, DEFAULT, 1, 1),
+             7, 2, 0, 0, 0, 0, 40, 120, 0, DEFAULT, 1, 1),
             ('recording-finalize', date_trunc('minute', now()) - interval '2 min', 4,
-             '{"republished": 5, "withheld": 3}', 12, 60, 0, 0, DEFAULT, 0, 0),
+             0, 0, 5, 3, 0, 0, 12, 60, 0, DEFAULT, 0, 0),
             ('outbox-relay', date_trunc('minute', now()) - interval '2 min', 9,
-             '{"published": 5}', 2, 1.5, 5, 700, '{0,0,4,0,1,0,0,0,0,0}', 0, 0),
+             0, 0, 0, 0, 5, 0, 2, 1.5, 700, '{0,0,4,0,1,0,0,0,0,0}', 0, 0),
             ('conference-reaper', date_trunc('minute', now()) - interval '3 hours', 1,
-             '{"stale_timeout": 4}', 0, NULL, 0, 0, DEFAULT, 1, 0)""")
+             0, 0, 0, 0, 0, 4, 0, NULL, 0, DEFAULT, 1, 0)""")
 
 
 @pytest.fixture
