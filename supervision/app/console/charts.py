@@ -202,8 +202,9 @@ def bar_chart(id: str, title: str, unit: str, starts: Sequence[dt.datetime],
             clock, names, [values[i] or 0 for _, values in series], unit), tuple(bars)))
     legend = tuple(Legend(s % PALETTE, name, number(total))
                    for s, (name, total) in enumerate(zip(names, totals, strict=True)))
-    summary = (", ".join(f"{name} {number(total)}" for name, total in zip(
-        names, totals, strict=True) if total) or "nothing") + f" {unit} in all"
+    shown = ", ".join(f"{name} {number(total)}" for name, total in zip(
+        names, totals, strict=True) if total)
+    summary = f"{shown} {unit} in all" if shown else "none in this window"
     return Chart(id, title, unit, summary, tuple(columns), (), _y_ticks(top),
                  _x_ticks(starts, slot_w), legend, ("time (UTC)", *names), tuple(rows),
                  empty=not any(totals))
