@@ -93,7 +93,8 @@ async def record_tick(db: Database, tick: TickFigures) -> None:
 
 
 def backlog_params() -> dict[str, list[Any]]:
-    """Each job's backlog and oldest age as the gauges hold them (None: not read yet)."""
+    """Each job's backlog and oldest age as the gauges hold them (a job whose gauges were
+    not read yet is left out; an age it has none of is None)."""
     registry = LEADER_GAUGES.registry
     jobs: list[str] = []
     backlogs: list[int | None] = []
@@ -101,6 +102,8 @@ def backlog_params() -> dict[str, list[Any]]:
     for job, (backlog, oldest) in BACKLOG_GAUGES.items():
         value = registry.get_sample_value(backlog)
         age = registry.get_sample_value(oldest) if oldest is not None else None
+        if value is None and age is None:
+            continue  # not read yet (or the job is off): no row for it
         jobs.append(str(job))
         backlogs.append(None if value is None else int(value))
         ages.append(age)
@@ -112,7 +115,9 @@ def record_backlogs(conn: psycopg.Connection, keep_s: float = KEEP_S) -> None:
     minute, the rows past *keep_s* deleted. Its failure is the refresher's (logged, tried
     again next tick), and counted here."""
     try:
-        conn.execute(QUERIES["job_minutes_backlogs"], backlog_params())
+        params = backlog_params()
+        if params["jobs"]:
+            conn.execute(QUERIES["job_minutes_backlogs"], params)
         conn.execute(QUERIES["job_minutes_prune"], {"keep_s": keep_s})
     except psycopg.Error:
         ROLLUP_FAILURES.labels(writer="scan_leader").inc()
