@@ -11,6 +11,7 @@ import psycopg
 import trio
 
 from actors.finalize.state import FinalizeCounts
+from actors.leases.lease import LockConnection
 from actors.leases.lock_keeper import (
     CycleContext,
     CycleStatus,
@@ -109,3 +110,33 @@ def test_backlogs_keep_the_minutes_largest_and_old_minutes_are_pruned(db_dsn: st
     [rf] = rows(db_dsn, Job.RECORDING_FINALIZE)
     assert rf["backlog"] == 120 and rf["oldest_age_s"] == 30.5
     assert rf["cycles"] == rf["reconciled"] == 0
+
+
+async def test_a_lease_taken_over_from_a_frozen_holder_is_one_lease_change(
+        db_dsn: str) -> None:
+    """A holder stops renewing; a keeper takes its expired lease over: that tick records
+    one lease change (and the keeper's start), the ticks after it none."""
+    done = trio.Event()
+    runs: list[int] = []
+
+    async def cycle(ctx: CycleContext) -> FinalizeCounts:
+        runs.append(1)
+        if len(runs) == 3:
+            done.set()
+        return FinalizeCounts()
+
+    async with open_database(db_dsn, size=1) as db:
+        job = LockedJob(Job.CONFERENCE_REAPER, 0.1, 1.0, cycle, first_delay=0,
+                        record=partial(record_tick, db))
+        frozen = LockConnection(db_dsn)
+        assert await frozen.acquire(job) is not None  # then it never renews
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_lock_keeper, job, db_dsn)
+            with trio.fail_after(15):
+                await done.wait()
+            nursery.cancel_scope.cancel()
+        frozen.discard()
+    found = await trio.to_thread.run_sync(rows, db_dsn, Job.CONFERENCE_REAPER)
+    assert sum(r["lease_changes"] for r in found) == 1
+    assert sum(r["restarts"] for r in found) == 1
+    assert sum(r["cycles"] for r in found) >= 2
