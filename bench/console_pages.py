@@ -6,7 +6,8 @@ A benchmark (not a test); it prints figures and asserts no timing.
 (``bench/recording_finalize.py``'s rows: every 10th Available, the rest Uploading; of their
 finalize rows every 7th Quarantined with a ``last_error``, every 3rd rescheduled an hour
 ahead, the rest due), and ``--outbox`` (default 1,000,000) outbox rows, every 100th
-unpublished and every 1,000th of those dead-lettered; then VACUUM ANALYZE. Each page is
+unpublished and every 1,000th of those dead-lettered, and eight days (the retention) of
+the charts' per-minute rollup for every job; then VACUUM ANALYZE. Each page is
 requested ``--repeat`` times through the ASGI app in-process (routing, the database
 through the console's own pool, the template: all but the socket), after two warm-up
 requests. Printed per page: the median and the 95th percentile in ms, and the median as a
@@ -71,7 +72,18 @@ SELECT id, topic, message_key, 'MessageSizeTooLargeError', id %% 2 = 0
 FROM messenger.integration_outbox
 WHERE published_at IS NULL AND id %% 100000 = 0
 """
-PAGES = ("/", "/recordings?status=Quarantined", "/recordings?status=Pending&window=due",
+# the charts' rollup full: eight days (its retention) of every job's minutes
+MINUTES = """
+INSERT INTO safetynet.job_minutes (job, minute, cycles, reconciled, failed, published,
+    backlog, oldest_age_s, ack_ms_max, ack_ms_buckets, restarts, lease_changes)
+SELECT j, date_trunc('minute', now()) - m * interval '1 minute', 30, m %% 50, m %% 7,
+       m %% 40, 1000 + m %% 500, m %% 900, 100 + m %% 900, '{1,2,3,4,5,0,0,0,0,1}',
+       (m %% 997 = 0)::int, (m %% 499 = 0)::int
+FROM unnest(ARRAY['recording-finalize', 'conference-reaper', 'outbox-relay']) AS j,
+     generate_series(0, 8 * 1440 - 1) AS m
+"""
+PAGES = ("/", "/?span=24h", "/jobs/recording-finalize", "/jobs/outbox-relay?span=24h",
+         "/recordings?status=Quarantined", "/recordings?status=Pending&window=due",
          "/recordings?status=Pending&window=later", "/recordings?q=no-such-file-id",
          "/conferences", "/outbox", "/outbox/keys", "/outbox/100", "/audit", "/history")
 SECRET = "bench-proxy-secret-0123456789"
@@ -85,6 +97,7 @@ def seed(dsn: str, rows: int, outbox: int) -> None:
         conn.execute(SHAPE, {})
         conn.execute(OUTBOX, {"rows": outbox})
         conn.execute(DEAD, {})
+        conn.execute(MINUTES, {})
         conn.execute("VACUUM ANALYZE")
 
 

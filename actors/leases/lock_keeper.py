@@ -83,7 +83,7 @@ from supervision.tree.ticker import Ticker
 from supervision.tree.wakeup import Wakeup
 
 __all__ = ["CycleContext", "CycleOutcome", "CycleStatus", "LockConnection", "LockedJob",
-           "run_locked_cycle", "serve_lock_keeper"]
+           "TickFigures", "run_locked_cycle", "serve_lock_keeper"]
 
 log = structlog.get_logger("lock_keeper")
 
@@ -135,6 +135,10 @@ class LockedJob(Generic[R]):
     # tick without taking the lease. An unlocked read on the pool, so an idle job does no
     # lease traffic; a failing probe counts as "not idle" (the cycle then meets the fault)
     idle: Callable[[], Awaitable[bool]] | None = None
+    # when set, called after each tick that ran a cycle, took the lease over, lost it, or
+    # follows a (re)start of the keeper: the per-minute rollup (actors/rollup.py); it
+    # must not raise
+    record: Callable[[TickFigures], Awaitable[None]] | None = None
 
     @property
     def key(self) -> int:
@@ -154,6 +158,35 @@ class CycleOutcome(Generic[R]):
     job_run_id: str | None = None
     result: R | None = None
     error: str | None = None  # why: NO_CONNECTION's driver line, LOST_LOCK's error class
+    took_over: bool = False  # the lease was taken from another holder that did not give it
+
+
+@attrs.frozen
+class TickFigures:
+    """What a tick adds to its job's minute: the cycle's result (when it ran), how the
+    tick went, the keeper's (re)starts since the last record, and lease changes."""
+
+    job: LeaseName
+    status: CycleStatus
+    result: Any = None
+    restarts: int = 0
+    lease_changes: int = 0
+
+
+_LEASE_CHANGED = frozenset({CycleStatus.LEASE_LOST, CycleStatus.LOST_LOCK})
+# the ticks worth a record: a cycle ran (or tried to), or the lease changed hands
+_RECORDED = _LEASE_CHANGED | {CycleStatus.RAN, CycleStatus.OVERRAN,
+                              CycleStatus.INFRASTRUCTURE_ERROR}
+
+
+async def _record(job: LockedJob[Any], outcome: CycleOutcome[Any], restarts: int) -> int:
+    """The tick's figures to *job*'s recorder when there is something to add; the
+    restarts still to record (0 once recorded)."""
+    changes = int(outcome.took_over) + int(outcome.status in _LEASE_CHANGED)
+    if job.record is None or not (outcome.status in _RECORDED or changes or restarts):
+        return restarts
+    await job.record(TickFigures(job.name, outcome.status, outcome.result, restarts, changes))
+    return 0
 
 
 async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
@@ -167,7 +200,7 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
     run_id = str(uuid.uuid4())
     LOCK_HELD.labels(job=job.name).set(1)
     LEASE_TERM.labels(job=job.name).set(lease.term)
-    _log_take_over(job, lock, lease)
+    took_over = _log_take_over(job, lock, lease)
     watch = _Watch(job, lock, lease)
     try:
         with structlog.contextvars.bound_contextvars(job=job.name, job_run_id=run_id):
@@ -176,7 +209,7 @@ async def run_locked_cycle(job: LockedJob[R], lock: LockConnection, *,
         LOCK_HELD.labels(job=job.name).set(0)
         with trio.CancelScope(shield=True):
             await give_back(lock, job, lease, watch.loss)
-    return watch.outcome(run_id, result)
+    return attrs.evolve(watch.outcome(run_id, result), took_over=took_over)
 
 
 async def _take_lease(job: LockedJob[R], lock: LockConnection,
@@ -214,12 +247,15 @@ async def _take_lease(job: LockedJob[R], lock: LockConnection,
     return lease
 
 
-def _log_take_over(job: LockedJob[Any], lock: LockConnection, lease: Lease) -> None:
-    """The previous holder did not give the lease back: it froze past its TTL, or is gone."""
+def _log_take_over(job: LockedJob[Any], lock: LockConnection, lease: Lease) -> bool:
+    """The previous holder did not give the lease back: it froze past its TTL, or is gone
+    (True, logged)."""
     taken_over = lease.previous_state is not PreviousState.RELEASED
     if taken_over and lease.previous_holder not in (None, lock.holder):
         log.warning("lease_taken_over", job=job.name, term=lease.term,
                     previous_holder=lease.previous_holder, how=lease.previous_state)
+        return True
+    return False
 
 
 @attrs.define
@@ -293,6 +329,7 @@ async def serve_lock_keeper(
     JOB_PAUSED.labels(job=job.name).set(0)
     task_status.started()
     failed_cycles = 0
+    restarts = 1  # this start: recorded with the first tick worth a record
     try:
         while True:
             woken = job.wakeup is not None and await job.wakeup.wait(ticker.delay())
@@ -309,6 +346,7 @@ async def serve_lock_keeper(
                 outcome = CycleOutcome(CycleStatus.INFRASTRUCTURE_ERROR)
             else:
                 failed_cycles = 0
+            restarts = await _record(job, outcome, restarts)
             no_connection = outcome.status == CycleStatus.NO_CONNECTION
             failures = lock.failures if no_connection else failed_cycles
             if failures:

@@ -83,6 +83,7 @@ async def _record(cycle: RelayCycle, answers: list[Answered]) -> None:
         delivered = await cycle.db.atomic(mark_answered, published, failed)
     for seconds in delivered:
         OUTBOX_DELIVERY.observe(max(0.0, seconds))
+    cycle.counts.acks.observe([round(s * 1000) for s in delivered])
     cycle.ledger.marked(published)
     cycle.counts.published += len(published)
     cycle.counts.failed += len(failed)

@@ -19,6 +19,7 @@ without waiting, as after a restart. Topic faults are bounded by the topics in u
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection
 
 import attrs
@@ -29,6 +30,28 @@ from supervision.tree.backoff import Backoff
 RELAY_BACKOFF = Backoff(base=0.25, cap=30.0)
 
 
+# upper bounds (ms) of the commit-to-ack latency buckets; one more bucket holds the rest
+ACK_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+
+@attrs.define
+class AckLatency:
+    """From a row's commit (its ``created_at``) to the broker's acknowledgement, marked:
+    the largest and the count per bucket of :data:`ACK_BUCKETS_MS`."""
+
+    max_ms: int = 0
+    buckets: list[int] = attrs.field(factory=lambda: [0] * (len(ACK_BUCKETS_MS) + 1))
+
+    def observe(self, latencies_ms: Collection[int]) -> None:
+        for ms in latencies_ms:
+            self.max_ms = max(self.max_ms, ms)
+            self.buckets[bisect.bisect_left(ACK_BUCKETS_MS, ms)] += 1
+
+    def add(self, other: AckLatency) -> None:
+        self.max_ms = max(self.max_ms, other.max_ms)
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+
+
 @attrs.define
 class RelayCounts:
     """One cycle's counts (``safetynet run-once --job outbox-relay`` prints them)."""
@@ -36,14 +59,18 @@ class RelayCounts:
     published: int = 0
     failed: int = 0
     duration_ms: int = 0
+    # commit-to-ack latency of the published rows (the console's charts, not the JSON)
+    acks: AckLatency = attrs.field(factory=lambda: AckLatency())
 
     def as_json(self) -> dict[str, int]:
-        return attrs.asdict(self)
+        return {"published": self.published, "failed": self.failed,
+                "duration_ms": self.duration_ms}
 
     def add(self, other: RelayCounts) -> None:
         self.published += other.published
         self.failed += other.failed
         self.duration_ms += other.duration_ms
+        self.acks.add(other.acks)
 
 
 @attrs.frozen

@@ -44,6 +44,7 @@ from actors.outbox.logical import source_of
 from actors.outbox.relay import RelayCounts, RelayJob, relay_idle, run_relay_cycle
 from actors.reaper.cycle import ReaperJob, run_reaper_cycle
 from actors.reaper.gauges import refresh_reaper_backlog
+from actors.rollup import record_backlogs, record_tick
 from actors.s3.objectstore import ObjectStore
 from supervision.app.audit import audit_thresholds
 from supervision.app.schema_gate import PendingGate, after_gate, serve_schema_gate
@@ -96,11 +97,13 @@ def _locked_jobs(res: Resources, include_disabled: bool) -> list[LockedJob[Any]]
     rf = res.cfg.jobs.recording_finalize
     if rf.enabled or include_disabled:
         jobs.append(LockedJob(Job.RECORDING_FINALIZE, rf.polling_interval, rf.lock_ttl,
-                              partial(run_finalize_cycle, finalize_job(res))))
+                              partial(run_finalize_cycle, finalize_job(res)),
+                              record=partial(record_tick, res.db)))
     cr = res.cfg.jobs.conference_reaper
     if cr.enabled or include_disabled:
         jobs.append(LockedJob(Job.CONFERENCE_REAPER, cr.polling_interval, cr.lock_ttl,
-                              partial(run_reaper_cycle, reaper_job(res))))
+                              partial(run_reaper_cycle, reaper_job(res)),
+                              record=partial(record_tick, res.db)))
     return jobs
 
 
@@ -109,7 +112,7 @@ def relay_locked_job(res: Resources) -> LockedJob[RelayCounts]:
     job = relay_job(res)
     return LockedJob(Job.OUTBOX_RELAY, relay.poll_interval, relay.lock_ttl,
                      partial(run_relay_cycle, job), first_delay=0.0, wakeup=res.wakeup,
-                     idle=partial(relay_idle, job))
+                     idle=partial(relay_idle, job), record=partial(record_tick, res.db))
 
 
 def refreshes(res: Resources) -> list[Refresh]:
@@ -121,7 +124,8 @@ def refreshes(res: Resources) -> list[Refresh]:
     return [refresh_finalize, outbox, refresh_notification_queue, *slot,
             partial(refresh_recording_slo, sla=rf.finalize_sla_timeout,
                     interval=rf.polling_interval),
-            partial(refresh_reaper_backlog, cfg=res.cfg.jobs.conference_reaper)]
+            partial(refresh_reaper_backlog, cfg=res.cfg.jobs.conference_reaper),
+            record_backlogs]  # last: the charts' rollup, from the gauges just read
 
 
 def ping(conn: psycopg.Connection) -> None:

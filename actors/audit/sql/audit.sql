@@ -113,11 +113,13 @@ WITH r AS (
 )
 SELECT u.id, u.topic, u.dedupe_key,
        floor(extract(epoch FROM now() - u.created_at))::bigint AS age_seconds
-FROM (SELECT o.id, o.topic, o.dedupe_key, o.created_at
-      FROM messenger.integration_outbox o
-      WHERE NOT COALESCE((SELECT logical FROM r), false)
-        AND o.published_at IS NULL
-        AND o.created_at < now() - %(relay_lag)s * interval '1 second'
+FROM ((SELECT o.id, o.topic, o.dedupe_key, o.created_at
+       FROM messenger.integration_outbox o
+       WHERE NOT COALESCE((SELECT logical FROM r), false)
+         AND o.published_at IS NULL
+         AND o.created_at < now() - %(relay_lag)s * interval '1 second'
+       ORDER BY o.id
+       LIMIT %(limit)s)  -- its own limit: ix_outbox_unpublished read in order, no more
       UNION ALL
       SELECT n.id, n.topic, n.dedupe_key, n.created_at
       FROM (SELECT o.id, o.topic, o.dedupe_key, o.created_at, o.last_error,

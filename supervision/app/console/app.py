@@ -21,7 +21,6 @@ import jinja2
 import psycopg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -31,16 +30,13 @@ from supervision.app import actions
 from supervision.app.console import inputs, views
 from supervision.app.console.audit_runs import AUDIT_MIN_INTERVAL_S, Audits
 from supervision.app.console.daemon_metrics import scrape
+from supervision.app.console.guard import Guard
 from supervision.app.console.incident_pages import IncidentPages
 from supervision.app.console.inputs import BadInput, read_form
+from supervision.app.console.panels import chart_context
 from supervision.app.console.security import (
-    HEADERS,
-    SESSION_COOKIE,
     Gate,
-    Login,
     Site,
-    cross_site,
-    new_session,
 )
 from supervision.app.frozen_keys import frozen_keys
 from supervision.app.settings import Config
@@ -72,7 +68,8 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
     incident = IncidentPages(render=console.render, form=console._form, run=console._write,
                              who=console._who, unavailable=Unavailable)
     routes = [
-        Route("/", console.overview), Route("/recordings", console.recordings),
+        Route("/", console.overview), Route("/jobs/{job}", console.job),
+        Route("/recordings", console.recordings),
         Route("/conferences", console.conferences), Route("/outbox", console.outbox),
         Route("/outbox/keys", console.frozen_keys),
         Route("/outbox/{row_id:int}", console.outbox_row), Route("/audit", console.audit),
@@ -87,52 +84,7 @@ def build_app(cfg: Config, db: Database, gate: Gate | None = None) -> Starlette:
         Route("/incident/act", incident.act, methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[
-        Middleware(_Guard, gate=gate, site=Site.of(cfg.console))])
-
-
-class _Guard(BaseHTTPMiddleware):
-    """The Host allow-list, authentication, the cross-site check of POSTs, the session
-    cookie, the headers."""
-
-    def __init__(self, app: Any, gate: Gate, site: Site) -> None:
-        super().__init__(app)
-        self.gate, self.site = gate, site
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint
-                       ) -> Response:
-        response = await self._dispatch(request, call_next)
-        for key, value in HEADERS.items():
-            response.headers[key] = value
-        return response
-
-    async def _dispatch(self, request: Request, call_next: RequestResponseEndpoint
-                        ) -> Response:
-        client = request.client.host if request.client else ""
-        pairs = [(k.lower(), v) for k, v in request.headers.items()]
-        host = request.headers.getlist("host")
-        if len(host) != 1 or not self.site.host_ok(host[0]):
-            return PlainTextResponse("unknown Host: this console answers to its "
-                                     "console.listen address or console.public_origin", 400)
-        login = await self.gate.authenticate(client, pairs)
-        session = request.cookies.get(SESSION_COOKIE, "")
-        headers = dict(pairs)
-        if not isinstance(login, Login):
-            response: Response = PlainTextResponse(login.message, login.status, login.headers)
-        elif request.method not in ("GET", "HEAD") and (why := cross_site(
-                headers, self.site.origins(request.url.scheme, host[0]))):
-            response = PlainTextResponse(f"cross-site request refused ({why})", 403)
-        elif request.method not in ("GET", "HEAD") and not session:
-            response = PlainTextResponse("no session: reload the page and try again", 403)
-        else:
-            request.state.user = login.user
-            request.state.session = session or new_session()
-            response = await call_next(request)
-            if not session:  # the session the form token is bound to
-                response.set_cookie(SESSION_COOKIE, request.state.session, httponly=True,
-                                    samesite="strict", secure=request.url.scheme == "https"
-                                    or self.site.public_origin.startswith("https:"),
-                                    path="/")
-        return response
+        Middleware(Guard, gate=gate, site=Site.of(cfg.console))])
 
 
 _Handler = Callable[["_Console", Request], Awaitable[Response]]
@@ -186,8 +138,19 @@ class _Console:
     async def overview(self, request: Request) -> Response:
         daemon = await scrape(self.cfg.http.listen)
         data = await self.read(views.overview, self.cfg)
-        return self.render(request, "overview.html", {**data, "daemon": daemon},
+        charts = await chart_context(self.read, request.query_params, JOBS)
+        return self.render(request, "overview.html", {**data, "daemon": daemon, **charts},
                            refresh=True)
+
+    @_page
+    async def job(self, request: Request) -> Response:
+        """One job's charts (the overview links each job here)."""
+        job = request.path_params["job"]
+        if job not in JOBS:
+            return self.render(request, "message.html", {
+                "title": "not found", "message": "no such job"}, status=404)
+        charts = await chart_context(self.read, request.query_params, (job,))
+        return self.render(request, "job.html", {"job": job, **charts}, refresh=True)
 
     @_page
     async def recordings(self, request: Request) -> Response:

@@ -261,7 +261,7 @@ def test_messenger_schema_holds_only_spec_tables(empty_db_dsn: str) -> None:
         ("safetynet", "conference_poison"), ("safetynet", "created_objects"),
         ("safetynet", "dependency_health"),
         ("safetynet", "finalize_redrives"), ("safetynet", "grantees"),
-        ("safetynet", "job_pauses"),
+        ("safetynet", "job_minutes"), ("safetynet", "job_pauses"),
         ("safetynet", "leases"), ("safetynet", "missing_verdict_acceptances"),
         ("safetynet", "operator_actions"),
         ("safetynet", "outbox_dead_letters"), ("safetynet", "outbox_relay_source"),

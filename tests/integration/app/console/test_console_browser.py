@@ -21,6 +21,8 @@ import psycopg
 import pytest
 import tomli_w
 
+from supervision.app.queries import ALL_QUERIES
+from supervision.dev.kafka import KafkaServer
 from supervision.dev.ports import free_ports
 from supervision.dev.s3 import S3Server
 from tests.cli import ROOT
@@ -272,3 +274,99 @@ def test_read_only_refusal_and_cross_site_post_in_the_browser(
         assert conn.execute("SELECT count(*) FROM safetynet.job_pauses").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM safetynet.operator_actions"
                             ).fetchone() == (0,)
+
+
+def seed_dev_incident(dsn: str, s3_server: S3Server, bucket: str, recordings: int,
+                      conferences: int) -> dict[str, int]:
+    """`safetynet dev`'s incident (its named SQL and its uploads), small: lost-callback
+    recordings (a tenth already Available, 70 % with their binary uploaded) and orphaned
+    conferences, a third in each reaper phase; the verdicts it must end with."""
+    available, with_binary = recordings // 10, round(recordings * 0.7)
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        rows = cur.execute(ALL_QUERIES["dev_seed_recordings"], {
+            "n": recordings, "available": available}).fetchall()
+        cur.execute(ALL_QUERIES["dev_seed_conferences"], {"n": conferences})
+    uploads = ([str(r[0]) for r in rows if r[1] != "Available"][:with_binary]
+               + [str(r[0]) for r in rows if r[1] == "Available"])
+    for rid in uploads:
+        upload_recording(s3_server, rid, bucket=bucket)
+    thirds = [len(range(k, conferences + 1, 3)) for k in (3, 1, 2)]
+    truth = {"reconciled": with_binary, "republished": available,
+             "failed": recordings - available - with_binary,
+             "empty_timeout (reaper)": thirds[0], "provision_failed (reaper)": thirds[1],
+             "stale_timeout (reaper)": thirds[2]}
+    truth["published"] = (with_binary + available + thirds[0] + thirds[2])
+    return truth
+
+
+def dev_like_config(path: Path, dsn: str, s3: S3Server, bucket: str, kafka: KafkaServer,
+                    port: int) -> Path:
+    """The demo's short intervals (supervision/dev/demo.toml) on the test's servers."""
+    creds = s3.credentials
+    path.write_text(tomli_w.dumps({
+        "postgres": {"dsn": dsn},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers},
+        "s3": {"endpoint_url": s3.endpoint_url, "bucket": bucket, "region": creds.region,
+               "access_key_id": creds.access_key_id,
+               "secret_access_key": creds.secret_access_key},
+        "jobs": {"recording_finalize": {"polling_interval": "1s", "finalize_sla_timeout": 0},
+                 "conference_reaper": {"polling_interval": "1s", "empty_room_grace": "5s",
+                                       "provision_timeout": "5s",
+                                       "stale_live_timeout": "1m"}},
+        "outbox_relay": {"poll_interval": "500ms"},
+        "http": {"listen": f"127.0.0.1:{port}"},
+        "supervision": {"shutdown_grace": "5s"},
+        "logging": {"format": "json"},
+    }))
+    return path
+
+
+def test_the_seeded_incident_shows_in_the_charts_with_its_counts(
+        db_dsn: str, s3_server: S3Server, kafka_server: KafkaServer, bucket: str,
+        tmp_path: Path, browser: Any) -> None:
+    """`safetynet dev`'s incident, healed by a running daemon: the overview's charts show
+    its verdicts by outcome, exactly as seeded, and the relay's published rows; each
+    chart's numbers are text (a legend and a table), and it reads at phone width too."""
+    from selenium.webdriver.common.by import By
+
+    truth = seed_dev_incident(db_dsn, s3_server, bucket, recordings=30, conferences=6)
+    (daemon_port,) = free_ports(1)
+    config = dev_like_config(tmp_path / "daemon.toml", db_dsn, s3_server, bucket,
+                             kafka_server, daemon_port)
+    daemon = start_daemon(config, tmp_path / "daemon.log")
+    try:
+        with console_process(tmp_path, db_dsn, True, daemon_port) as url:
+            login(browser, url, "/#charts")
+            legend = {k: f"{k}: {n}" for k, n in truth.items() if k != "published"}
+
+            def healed() -> bool:
+                browser.refresh()
+                shown = text(browser)
+                return all(line in shown for line in legend.values()) and \
+                    f"published: {truth['published']}" in shown
+
+            try:
+                wait_until(healed, 90.0, "the incident's verdicts in the charts", step_s=1.0)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; want {truth}; the page shows: "
+                                     f"{text(browser)[:3000]!r}") from None
+            verdicts = browser.find_element(By.ID, "chart-verdicts")
+            svg = verdicts.find_element(By.TAG_NAME, "svg")
+            label = svg.get_attribute("aria-label")
+            assert f"reconciled {truth['reconciled']}" in label
+            assert f"failed {truth['failed']}" in label
+            assert svg.size["width"] > 500  # two columns at 1400 px
+            assert "published" in browser.find_element(By.ID, "chart-relay-rate").text
+            shot(browser, "charts")
+            login(browser, url, "/jobs/recording-finalize")
+            see(browser, f"reconciled: {truth['reconciled']}")
+            browser.set_window_size(390, 900)  # a phone
+            browser.refresh()
+            see(browser, f"reconciled: {truth['reconciled']}")
+            narrow = browser.find_element(By.CSS_SELECTOR, "#chart-verdicts svg")
+            assert 0 < narrow.size["width"] <= 390
+            shot(browser, "charts-phone")
+            browser.set_window_size(1400, 1000)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=15)
