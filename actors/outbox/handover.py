@@ -45,7 +45,7 @@ from actors.outbox.state import RelayCounts
 from supervision.tree.shielding import must_complete
 
 if TYPE_CHECKING:
-    from actors.outbox.relay import RelayJob
+    from actors.outbox.job import RelayJob
 
 __all__ = ["enter_logical", "enter_table", "fall_back", "record_passed"]
 

@@ -31,7 +31,7 @@ from actors.outbox.state import RelayCounts
 from actors.outbox.window import Window
 
 if TYPE_CHECKING:
-    from actors.outbox.relay import RelayJob
+    from actors.outbox.job import RelayJob
 
 __all__ = ["claim_held", "mark_held", "run_held"]
 

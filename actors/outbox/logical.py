@@ -69,7 +69,7 @@ from supervision.db.database import Database
 from supervision.tree.shielding import must_complete
 
 if TYPE_CHECKING:
-    from actors.outbox.relay import RelayJob
+    from actors.outbox.job import RelayJob
 
 __all__ = ["run_logical_pipeline", "source_of"]
 

@@ -54,7 +54,6 @@ import structlog
 import trio
 
 from actors.cycle_frame import cycle_frame
-from actors.kafka.producer import MAX_REQUEST_SIZE, KafkaProducer
 from actors.leases.lock_keeper import (
     CycleContext,
     CycleOutcome,
@@ -67,17 +66,17 @@ from actors.outbox.claimer import run_claimer
 from actors.outbox.cycle import CycleLedger, RelayCycle
 from actors.outbox.dead_letters import run_cycle_dead_letters
 from actors.outbox.handover import enter_table
+from actors.outbox.job import RelayJob
 from actors.outbox.logical import run_logical_pipeline, source_of
 from actors.outbox.marker import run_marker
 from actors.outbox.messages import Answered, Claim, DeadLetter
 from actors.outbox.publisher import connect, report_health, run_cycle_publisher
 from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.retention import RETENTION_BATCHES, apply_retention
-from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.slot_io import slot_idle
-from actors.outbox.state import RelayCounts, RelayState
+from actors.outbox.state import RelayCounts
 from actors.outbox.window import Window
-from supervision.db.database import Database, pipelined
+from supervision.db.database import pipelined
 from supervision.errors import ConfigurationFault, InfrastructureError
 from supervision.jobs import Job
 
@@ -89,18 +88,6 @@ log = structlog.get_logger("outbox_relay")
 ANSWERS_QUEUE = 16  # waves answered and not marked yet, before the publisher waits
 DEAD_LETTERS_QUEUE = 64  # rows handed to the dead letters, before the publisher waits
 IDLE_WAL_BYTES = 16 * 1024 * 1024  # logical source: WAL the slot may hold back while idle
-
-
-@attrs.frozen
-class RelayJob:
-    cfg: OutboxRelayConfig
-    db: Database
-    producer: KafkaProducer
-    state: RelayState = attrs.field(factory=RelayState)
-    max_run_duration: float = 30.0
-    retention_every: float = 300.0  # how often published rows past retention are deleted
-    retention_batch: int = 1000
-    max_row_bytes: int = MAX_REQUEST_SIZE  # a larger row is dead-lettered unread
 
 
 async def run_relay_cycle(job: RelayJob, ctx: CycleContext) -> RelayCounts:
