@@ -293,7 +293,10 @@ async def test_stop_fan_out_is_bounded_by_one_and_a_half_timeouts(
         db_dsn: str, conn: psycopg.Connection, media_stub: MediaStub) -> None:  # noqa: F811
     """A media stack that hangs on every stop cannot stretch the cycle past 1.5 x
     media.timeout of fan-out: the stop in flight times out, those still queued are
-    abandoned, all logged and counted, and the room stays Ended with its event."""
+    abandoned (the last one never sent), all logged and counted, and the room stays Ended
+    with its event. The bound itself, to the tick, is checked on a fake clock
+    (tests/unit/test_recorder_signal_fan_out.py): timing this whole cycle on a loaded
+    machine measured its claims and commits too (0.85 s once, against 0.75 s)."""
     cfg = make_config(db_dsn, media={"base_url": media_stub.base_url, "timeout": "0.3s"})
     conf = insert_conference(conn, last_activity_ago=120)
     hung = [insert_conference_recording(conn, conf, created_ago=300 - n) for n in range(3)]
@@ -304,16 +307,15 @@ async def test_stop_fan_out_is_bounded_by_one_and_a_half_timeouts(
     async with open_database(db_dsn, size=2) as db, open_media_client(cfg.media) as http:
         job = ReaperJob(cfg.jobs.conference_reaper, cfg.media, db, http, stop_concurrency=1)
         with structlog.testing.capture_logs() as logs:
-            started = trio.current_time()  # the cycle only: not the pool's connections
             counts = await run_reaper_cycle(job, CycleContext(JOB, str(uuid.uuid4())))
-            elapsed = trio.current_time() - started
-    assert elapsed < 0.75  # one at a time, waiting for all three would take 0.9 s
     assert counts_of(counts) == {"empty_timeout": 1}
     assert len(outbox_rows(conn, conf.id)) == 1
     failed = {e["recording_id"]: e["error"] for e in logs
               if e["event"] == "recorder_stop_failed"}
     assert set(failed) == set(hung)
     assert sorted(failed.values()) == ["abandoned", "abandoned", "timeout"]
+    # one at a time: waiting for all three would have sent all three
+    assert len(media_stub.requests) < len(hung)
     after = {r: metric("safetynet_recorder_stop_failed_total", reason=r) for r in before}
     assert (after["timeout"] - before["timeout"], after["abandoned"] - before["abandoned"]
             ) == (1, 2)
