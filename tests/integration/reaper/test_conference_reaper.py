@@ -295,7 +295,7 @@ async def test_stop_fan_out_is_bounded_by_one_and_a_half_timeouts(
     media.timeout of fan-out: the stop in flight times out, those still queued are
     abandoned (the last one never sent), all logged and counted, and the room stays Ended
     with its event. The bound itself, to the tick, is checked on a fake clock
-    (tests/unit/test_recorder_signal_fan_out.py): timing this whole cycle on a loaded
+    (tests/unit/reaper/test_recorder_signal_fan_out.py): timing this whole cycle on a loaded
     machine measured its claims and commits too (0.85 s once, against 0.75 s)."""
     cfg = make_config(db_dsn, media={"base_url": media_stub.base_url, "timeout": "0.3s"})
     conf = insert_conference(conn, last_activity_ago=120)
