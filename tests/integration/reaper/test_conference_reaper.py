@@ -264,7 +264,8 @@ async def test_failing_recorder_never_rolls_back_the_batch(
         trouble: str, reason: str) -> None:
     """The media stack answers 500 or never answers: the conference stays Ended with its
     event, the failure is logged (recording id and status, no URL) and counted, the other
-    stop still goes out, and the cycle is bounded by media.timeout."""
+    stop still goes out. (That the stops are bounded by 1.5 x media.timeout is checked on
+    a fake clock, tests/unit/reaper/test_recorder_signal_fan_out.py: no wall clock here.)"""
     cfg = make_config(db_dsn, media={"base_url": media_stub.base_url, "timeout": "0.5s"})
     conf = insert_conference(conn, last_activity_ago=120)
     bad = insert_conference_recording(conn, conf, status="Recording")
@@ -274,10 +275,8 @@ async def test_failing_recorder_never_rolls_back_the_batch(
     else:
         media_stub.answer(bad, 500)
     before = metric("safetynet_recorder_stop_failed_total", reason=reason)
-    started = trio.current_time()
     with structlog.testing.capture_logs() as logs:
         counts = await run_cycle(cfg)
-    assert trio.current_time() - started < 0.5 + 2.0
     assert counts_of(counts) == {"empty_timeout": 1}
     assert conference_statuses(conn)[conf.id] == ("Ended", "EmptyTimeout")
     assert len(outbox_rows(conn, conf.id)) == 1
