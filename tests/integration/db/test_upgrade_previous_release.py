@@ -7,7 +7,6 @@ that role, does its work."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import tomli_w
 
 from supervision.dev.kafka import KafkaServer
 from supervision.dev.s3 import S3Server
-from tests.cli import ROOT, cli
+from tests.cli import cli
 from tests.integration.db.test_install import s3_settings
 from tests.integration.db.test_print_sql import new_role
 from tests.messenger import (
@@ -27,6 +26,7 @@ from tests.messenger import (
     insert_recording,
     upload_recording,
 )
+from tests.releases import release_site
 
 PREVIOUS = "29e8e5b"  # the release before issue 36 (migrations up to 0013)
 
@@ -35,23 +35,7 @@ PREVIOUS = "29e8e5b"  # the release before issue 36 (migrations up to 0013)
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Commit 29e8e5b built into a wheel and installed with --no-deps into a directory of
     its own (its dependencies are this venv's)."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    if subprocess.run(["git", "cat-file", "-e", f"{PREVIOUS}^{{commit}}"], cwd=ROOT,
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip(f"commit {PREVIOUS} is not in this clone (a shallow checkout)")
-    base = tmp_path_factory.mktemp("previous-release")
-    src, wheels, site = base / "src", base / "wheel", base / "site"
-    src.mkdir()
-    archive = subprocess.run(["git", "archive", PREVIOUS], cwd=ROOT, capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True)
-    (wheel,) = wheels.glob("*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(site), str(wheel)], check=True)
-    return site
+    return release_site(PREVIOUS, tmp_path_factory.mktemp("previous-release"))
 
 
 def previous_cli(site: Path, config: Path, *args: str,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ from actors.leases.lock_keeper import CycleContext, CycleStatus, LockedJob, run_
 from supervision.dev.ports import free_ports
 from tests.integration.app.test_shutdown import events, start_daemon
 from tests.messenger import insert_conference
+from tests.releases import release_site
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -112,25 +112,9 @@ def old_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The advisory-lock release (commit 31dc1f7), built into a wheel and installed with
     --no-deps into a directory of its own (its dependencies are this venv's)."""
     if sys.version_info >= (3, 14):
-        pytest.skip(f"commit {OLD_COMMIT} imports trio-asyncio without supervision.tree.compat, "
+        pytest.skip(f"commit {OLD_COMMIT} imports trio-asyncio without supervision.compat, "
                     "so it cannot start on Python 3.14: no replica of it runs there")
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    if subprocess.run(["git", "cat-file", "-e", f"{OLD_COMMIT}^{{commit}}"], cwd=ROOT,
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this clone (a shallow checkout)")
-    base = tmp_path_factory.mktemp("old-release")
-    src, wheels, site = base / "src", base / "wheel", base / "site"
-    src.mkdir()
-    archive = subprocess.run(["git", "archive", OLD_COMMIT], cwd=ROOT, capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(wheels), str(src)], check=True)
-    (wheel,) = wheels.glob("*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(site), str(wheel)], check=True)
-    return site
+    return release_site(OLD_COMMIT, tmp_path_factory.mktemp("old-release"))
 
 
 def reaper_only(path: Path, dsn: str) -> Path:
