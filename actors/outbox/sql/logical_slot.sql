@@ -35,11 +35,12 @@ WHERE slot_name = %(slot)s;
 
 -- name: outbox_slot_describe --
 -- The slot's plugin and database, its confirmed position, the WAL it holds back from the
--- current position (bytes), and whether PostgreSQL still keeps that WAL (wal_status), or
--- no row.
+-- current insert position (bytes: what has been written to WAL, flushed or not — with
+-- synchronous_commit off the write position lags the inserts by up to wal_writer_delay),
+-- and whether PostgreSQL still keeps that WAL (wal_status), or no row.
 SELECT s.plugin, s.database, s.slot_type, s.wal_status, s.active,
        s.confirmed_flush_lsn - '0/0'::pg_lsn AS confirmed_lsn,
-       pg_current_wal_lsn() - s.restart_lsn AS retained_bytes
+       pg_current_wal_insert_lsn() - s.restart_lsn AS retained_bytes
 FROM pg_replication_slots s
 WHERE s.slot_name = %(slot)s;
 
