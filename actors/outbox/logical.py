@@ -13,19 +13,25 @@ The publisher, the window and the dead letters are the table source's; only the 
 differ:
 
 * the **slot reader** peeks the slot (``pg_logical_slot_peek_binary_changes`` through
-  ``pgoutput``: nothing is consumed) and hands on, in commit order, the rows of every
-  transaction it has not read in this cycle; events already settled in an earlier cycle
-  are left out, and the events of a key a dead letter blocks are passed (never published
-  out of order: they stay in the table, where the dead letter's key finds them). It reads
-  while the rows in hand leave room and fewer than :data:`MAX_OPEN_FACTOR` batches of
-  events are read and not settled; when that many wait for one held key, it stops
-  reading after :data:`OPEN_WAIT` and the cycle ends (the next one reads again from the
-  slot's position);
-* the **slot advancer** settles what Kafka acknowledged and moves the slot's confirmed
-  position to the end of the last transaction whose every event, and every earlier
-  one's, is settled (:class:`~actors.outbox.slot.SlotProgress`), in a transaction behind
-  the lease's fence. A transient failure is only logged: its event stays unsettled, the
-  slot stays before it, and a later cycle sends it again after its back-off.
+  ``pgoutput``, fetched in binary: nothing is consumed) and hands on, in commit order, the
+  rows of every transaction it has not read in this cycle, in pieces of at most
+  ``batch_size`` events decoded one at a time as the rows in hand leave room (so a large
+  transaction's first wave leaves while the rest of it is still to decode); events
+  already settled in an earlier cycle are left out, and the events of a key a dead
+  letter blocks are passed (never published out of order: they stay in the table, where
+  the dead letter's key finds them). A peek always starts at the slot's confirmed
+  position and returns again every event read above it, so before each peek the reader
+  waits until fewer than :data:`REREAD_FACTOR` batches of such events would be left once
+  the slot moves past the settled ones, and moves it when that passes a quarter batch or
+  more; when they stay (one held key), it stops reading after :data:`OPEN_WAIT` and the
+  cycle ends (the next one reads again from the slot's position);
+* the **slot advancer** settles what Kafka acknowledged and, at most every
+  :data:`ADVANCE_EVERY` (each move decodes the WAL it passes again), moves the slot's
+  confirmed position to the end of the last transaction whose every event, and every
+  earlier one's, is settled (:class:`~actors.outbox.slot.SlotProgress`), in a
+  transaction behind the lease's fence; the cycle's end moves it once more. A transient
+  failure is only logged: its event stays unsettled, the slot stays before it, and a
+  later cycle sends it again after its back-off.
 
 When a peek finds no outbox change at all, the slot moves up to the WAL position read
 before it, so an idle outbox does not hold back the WAL of the messenger's other tables.
@@ -55,8 +61,9 @@ from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
 from actors.outbox.publisher import run_publisher
 from actors.outbox.rows import Key, Malformed, Row
 from actors.outbox.settings import OutboxRelayConfig
-from actors.outbox.slot import SlotProgress, Txn, transactions
+from actors.outbox.slot import Piece, SlotProgress, pieces, transactions
 from actors.outbox.slot_io import (
+    Peeked,
     SlotGone,
     advance_slot,
     blocking_keys,
@@ -77,7 +84,8 @@ log = structlog.get_logger("outbox_relay")
 
 ANSWERS_QUEUE = 16
 DEAD_LETTERS_QUEUE = 64
-MAX_OPEN_FACTOR = 8  # events read and not settled, in batches, before the reader waits
+REREAD_FACTOR = 2  # events read and not passed by the slot, in batches, before it waits
+ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes again
 OPEN_WAIT = 1.0  # how long the reader waits for them to settle before the cycle ends
 
 
@@ -93,6 +101,7 @@ class _Cycle:
         self.slot_lock = trio.Lock()
         self.moved = trio.Event()  # set whenever events settle or the slot moves
         self.committed: dict[int, float] = {}  # read, not settled: its commit time (epoch)
+        self.advance_due = -math.inf  # the advancer moves the slot no more often than this
 
     def settled(self, ids: list[int]) -> None:
         self.progress.settle(ids)
@@ -103,11 +112,14 @@ class _Cycle:
 
     async def advance(self) -> None:
         """Move the slot as far as the settled events allow (behind the fence)."""
-        target = self.progress.passable()
-        if target is None:
+        if self.progress.passable() is None:
             return
         async with must_complete(), self.slot_lock:
+            target = self.progress.passable()  # again: the other may have moved it
+            if target is None:
+                return
             confirmed = await self.db.atomic(advance_slot, self.source, target)
+        self.advance_due = trio.current_time() + ADVANCE_EVERY
         self.progress.advanced(confirmed)
         self.settled([])
 
@@ -160,47 +172,60 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
                           deadline: float, in_hand: InHand,
                           claims: trio.MemorySendChannel[Claim]) -> None:
     """Read the slot until a peek has nothing new (an empty claim is sent on, then the
-    channel closes), the *deadline*, too many events wait unsettled, or the publisher is
-    gone."""
+    channel closes), the *deadline*, the slot held by events that do not settle, or the
+    publisher is gone. A peek's transactions go on in pieces of at most *batch_size*
+    events, each decoded when there is room for it, so the first wave of a large
+    transaction leaves while the rest of it is still being read."""
     upto_n = batch_size
     async with claims:
         while trio.current_time() < deadline:
             await in_hand.room()
-            if not await _open_room(cycle, MAX_OPEN_FACTOR * batch_size):
+            if not await _reread_room(cycle, REREAD_FACTOR * batch_size, batch_size // 4):
                 return  # one held key keeps the slot: the next cycle reads again
             at = trio.current_time()
-            async with cycle.slot_lock:
-                peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
-            cycle.progress.advanced(peeked.confirmed)
-            cycle.progress.marked(peeked.wal_position, peeked.xmin)
-            read_upto = cycle.progress.read_upto
-            txns = [t for t in transactions(peeked.records, max_row_bytes, read_upto)
-                    if t.end_lsn > read_upto]
+            peeked = await _peek(cycle, upto_n)
+            txns = transactions(peeked.records, max_row_bytes, cycle.progress.read_upto)
             behind = len(peeked.records) >= upto_n
             upto_n = len(peeked.records) + batch_size
             if not txns:
                 if not behind:  # all up to wal_position read (in this cycle, or none)
                     cycle.progress.caught_up(peeked.wal_position)
-                if not behind:
                     await _send(claims, Claim([], 0, at=at))
                     return
                 continue
-            rows = await _unsettled_rows(cycle, txns)
-            if not rows:
-                continue
-            in_hand.add([row for row in rows if isinstance(row, Row)])
-            if not await _send(claims, Claim(rows, len(rows), at=at, behind=behind)):
-                return
+            for n, piece in enumerate(pieces(txns, batch_size)):
+                if n:
+                    await in_hand.room()
+                rows = await _unsettled_rows(cycle, piece)
+                if rows:
+                    in_hand.add([row for row in rows if isinstance(row, Row)])
+                    if not await _send(claims, Claim(rows, len(rows), at=at,
+                                                     behind=behind or not piece.last)):
+                        return
 
 
-async def _open_room(cycle: _Cycle, limit: int) -> bool:
-    """Wait (up to :data:`OPEN_WAIT` without progress) until fewer than *limit* events
-    read in this cycle are unsettled; False if they stay."""
-    while cycle.progress.open_events >= limit:
+async def _peek(cycle: _Cycle, upto_n: int) -> Peeked:
+    async with cycle.slot_lock:
+        peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
+    cycle.progress.advanced(peeked.confirmed)
+    cycle.progress.marked(peeked.wal_position, peeked.xmin)
+    return peeked
+
+
+async def _reread_room(cycle: _Cycle, limit: int, worth: int) -> bool:
+    """Before a peek (which returns again every event read above the slot's confirmed
+    position): wait, up to :data:`OPEN_WAIT` without progress, until fewer than *limit*
+    such events would be left once the slot moves as far as settled events allow, then
+    move it if that passes at least *worth* of them (a move costs about as much as
+    reading a hundred events again). False if they stay."""
+    progress = cycle.progress
+    while progress.unpassed_events - progress.passable_events() >= limit:
         with trio.move_on_after(OPEN_WAIT) as waited:
             await cycle.moved.wait()
         if waited.cancelled_caught:
             return False
+    if progress.passable_events() >= worth or progress.unpassed_events >= limit:
+        await cycle.advance()
     return True
 
 
@@ -212,14 +237,18 @@ async def _send(claims: trio.MemorySendChannel[Claim], claim: Claim) -> bool:
     return True
 
 
-async def _unsettled_rows(cycle: _Cycle, txns: list[Txn]) -> list[Row | Malformed]:
-    """The rows of *txns* to send: registered with the progress; those settled in an
-    earlier cycle left out; those of a key blocked by a dead letter passed (settled)."""
+async def _unsettled_rows(cycle: _Cycle, piece: Piece) -> list[Row | Malformed]:
+    """The rows of *piece* to send, decoded and registered with the progress; those
+    settled in an earlier cycle left out; those of a key blocked by a dead letter passed
+    (settled)."""
     rows: list[Row | Malformed] = []
-    for txn in txns:
-        done = cycle.progress.add(txn.end_lsn, [row.id for row in txn.rows])
+    for span in piece.spans:
+        txn = span.txn
+        decoded = txn.decode(span.start, span.stop)
+        done = cycle.progress.add(txn.end_lsn, [row.id for row in decoded],
+                                  complete=span.stop == len(txn.inserts))
         committed = txn.commit_time.timestamp()
-        for row in txn.rows:
+        for row in decoded:
             if row.id not in done:
                 rows.append(row)
                 cycle.committed[row.id] = committed
@@ -247,7 +276,8 @@ async def run_slot_advancer(cycle: _Cycle, counts: RelayCounts,
         try:
             async for answered in inbox:
                 _record(cycle, counts, [answered, *_queued(inbox)])
-                await cycle.advance()
+                if trio.current_time() >= cycle.advance_due:
+                    await cycle.advance()
         except trio.Cancelled:  # a soft stop: what the broker has is settled all the same
             _record(cycle, counts, _queued(inbox))
             await cycle.advance()

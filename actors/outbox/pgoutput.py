@@ -238,9 +238,44 @@ def _insert(r: _Reader) -> Insert:
 
 def _tuple(r: _Reader) -> tuple[Value, ...]:
     """TupleData: a column count, then per column ``n``, ``u`` or ``t`` + length + text.
-    On the relay's path for every event: reads with local names, no method call per
-    column."""
+    On the relay's path for every event: one pass with local names and no bounds check
+    per column (a short message shows as an index or struct error, or a position past
+    the end); anything odd is read again by :func:`_tuple_checked`, which names it."""
     count = r.number(_INT16)
+    if count < 0:
+        return _tuple_checked(r, count)
+    data, pos = r.data, r.pos
+    unpack = _INT32.unpack_from
+    values: list[Value] = []
+    append = values.append
+    try:
+        for _ in range(count):
+            kind = data[pos]
+            if kind == 0x74:  # t
+                length = unpack(data, pos + 1)[0]
+                pos += 5
+                append(data[pos:pos + length])
+                pos += length
+            elif kind == 0x6E:  # n
+                pos += 1
+                append(None)
+            elif kind == 0x75:  # u
+                pos += 1
+                append(UNCHANGED)
+            else:
+                break
+        else:
+            if pos <= len(data):
+                r.pos = pos
+                return tuple(values)
+    except (IndexError, struct.error):
+        pass
+    return _tuple_checked(r, count)
+
+
+def _tuple_checked(r: _Reader, count: int) -> tuple[Value, ...]:
+    """:func:`_tuple`, every read checked: raises :class:`PgOutputError` naming what is
+    wrong where."""
     if count < 0:
         raise r.fail(f"{count} columns")
     data, pos, end = r.data, r.pos, len(r.data)

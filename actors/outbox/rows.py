@@ -116,21 +116,33 @@ def parse_claimed(rec: tuple[Any, ...], max_row_bytes: int = 0) -> Row | Malform
         return Malformed(outbox_id, topic, message_key, too_large(size, max_row_bytes))
     headers = None if headers_json is None else json.loads(headers_json)
     if payload_type == "object" and type(headers) is dict:
-        try:  # only a string has .encode() among decoded JSON values
-            wire = {name: value.encode() for name, value in headers.items()}
-        except AttributeError:
-            pass  # a header that is not a string: malformed, parse_row says how
-        else:
-            if "event-type" not in wire:
-                wire["event-type"] = event_type.encode()
-            if "event-id" not in wire:  # writers other than safetynet may leave it out
-                wire["event-id"] = event_id(topic, dedupe_key).encode()
-            if "content-type" not in wire:
-                wire["content-type"] = b"application/json"
-            return Row(outbox_id, topic, message_key, OutMessage(
-                outbox_id, topic, message_key.encode(), payload.encode(),
-                tuple(wire.items())))
+        row = object_row(outbox_id, topic, message_key, message_key.encode(),
+                         payload.encode(), headers, event_type, dedupe_key)
+        if row is not None:
+            return row
     return parse_row(dict(zip(CLAIMED, rec, strict=True)) | {"headers": headers})
+
+
+def object_row(outbox_id: int, topic: str, message_key: str, key: bytes, payload: bytes,
+               headers: dict[str, Any], event_type: str | bytes,
+               dedupe_key: str | bytes | None) -> Row | None:
+    """The common case of both sources: an object payload and headers a JSON object of
+    strings, as the message goes out (the SPEC §4 headers the writer left out added);
+    None when a header is not a string (:func:`parse_row` says how it is malformed)."""
+    try:  # only a string has .encode() among decoded JSON values
+        wire = {name: value.encode() for name, value in headers.items()}
+    except AttributeError:
+        return None
+    if "event-type" not in wire:
+        wire["event-type"] = (event_type if isinstance(event_type, bytes)
+                              else event_type.encode())
+    if "event-id" not in wire:  # writers other than safetynet may leave it out
+        dedupe = dedupe_key.decode() if isinstance(dedupe_key, bytes) else str(dedupe_key)
+        wire["event-id"] = event_id(topic, dedupe).encode()
+    if "content-type" not in wire:
+        wire["content-type"] = b"application/json"
+    return Row(outbox_id, topic, message_key,
+               OutMessage(outbox_id, topic, key, payload, tuple(wire.items())))
 
 
 Key = tuple[str, str]  # (topic, message_key)

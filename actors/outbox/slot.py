@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -32,6 +33,7 @@ from typing import Any, cast
 import attrs
 
 from actors.outbox.pgoutput import (
+    UNCHANGED,
     Begin,
     Commit,
     Insert,
@@ -41,39 +43,63 @@ from actors.outbox.pgoutput import (
     decode,
     format_lsn,
 )
-from actors.outbox.rows import Malformed, Row, json_type, parse_claimed
+from actors.outbox.rows import Malformed, Row, json_type, object_row, parse_claimed
 
 OUTBOX_RELATION = ("messenger", "integration_outbox")
 MAX_MARKS = 64  # WAL marks kept until the slot passes them (older ones give way)
+_RELID = struct.Struct("!I")  # an Insert's relation id, after its tag
 COLUMNS = ("id", "topic", "message_key", "dedupe_key", "event_type", "payload", "headers")
 
 
 @attrs.define
 class Txn:
-    """One committed transaction of the outbox: its rows in insert order."""
+    """One committed transaction of the outbox: its inserts in order, decoded on demand
+    (:meth:`decode`), so a large transaction is handed on in pieces while it is read."""
 
     end_lsn: int
     commit_time: datetime
-    rows: list[Row | Malformed]
+    inserts: list[tuple[bytes, list[int]]]  # (pgoutput Insert, the relay's column positions)
+    max_row_bytes: int
+
+    @property
+    def rows(self) -> list[Row | Malformed]:
+        """Every row of the transaction."""
+        return self.decode(0, len(self.inserts))
+
+    def decode(self, start: int, stop: int) -> list[Row | Malformed]:
+        """Rows *start* to *stop* (insert order), as the claim would have built them;
+        raises :class:`~actors.outbox.pgoutput.PgOutputError` for one that does not
+        decode."""
+        rows: list[Row | Malformed] = []
+        for data, positions in self.inserts[start:stop]:
+            message = decode(data)
+            assert isinstance(message, Insert)
+            rows.append(outbox_row(message, positions, self.max_row_bytes))
+        return rows
 
 
 def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
                  after: int = 0) -> list[Txn]:
     """The complete transactions of one peek that end past *after* (a trailing one
-    without its Commit is left out: the next peek returns it whole); the inserts of the
-    others are not decoded. Raises :class:`~actors.outbox.pgoutput.PgOutputError` for a
-    message that does not decode, or an insert of a relation not described before it."""
+    without its Commit is left out: the next peek returns it whole), with their inserts
+    into the outbox found but not decoded (:meth:`Txn.decode`). Raises
+    :class:`~actors.outbox.pgoutput.PgOutputError` for a Begin, Commit or Relation that
+    does not decode, or an insert of a relation not described before it."""
     relations: dict[int, list[int] | None] = {}  # relid → column positions (None: not ours)
     done: list[Txn] = []
     current: Txn | None = None
     skipping = False  # in a transaction read already (its commit is before *after*)
     for lsn, data in records:
-        if skipping and data[:1] == b"I":
+        if data[:1] == b"I":
+            if not skipping:
+                positions = _insert_positions(relations, lsn, data)
+                if positions is not None and current is not None:
+                    current.inserts.append((data, positions))
             continue
         message = decode(data)
         if isinstance(message, Begin):
             skipping = message.final_lsn < after
-            current = None if skipping else Txn(0, message.commit_time, [])
+            current = None if skipping else Txn(0, message.commit_time, [], max_row_bytes)
         elif isinstance(message, Commit):
             if current is not None:
                 current.end_lsn = message.end_lsn
@@ -81,14 +107,57 @@ def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
             current = None
         elif isinstance(message, Relation):
             relations[message.relation_id] = _positions(message)
-        elif isinstance(message, Insert):
-            if message.relation_id not in relations:
-                raise PgOutputError(f"pgoutput Insert at {format_lsn(lsn)}: relation "
-                                    f"{message.relation_id} not described before it")
-            positions = relations[message.relation_id]
-            if positions is not None and current is not None:
-                current.rows.append(outbox_row(message, positions, max_row_bytes))
     return done
+
+
+def _insert_positions(relations: dict[int, list[int] | None], lsn: int, data: bytes
+                      ) -> list[int] | None:
+    """The column positions of an Insert's relation (None: not the outbox's)."""
+    if len(data) < 1 + _RELID.size:
+        decode(data)  # raises, naming what is short
+    relation_id = _RELID.unpack_from(data, 1)[0]
+    if relation_id not in relations:
+        raise PgOutputError(f"pgoutput Insert at {format_lsn(lsn)}: relation "
+                            f"{relation_id} not described before it")
+    return relations[relation_id]
+
+
+@attrs.frozen
+class Span:
+    """Events *start* to *stop* of a transaction (stop == its length: its last ones)."""
+
+    txn: Txn
+    start: int
+    stop: int
+
+
+@attrs.frozen
+class Piece:
+    """What the reader hands on at once: at most a batch of events, in commit order."""
+
+    spans: list[Span]
+    last: bool  # the peek's last piece
+
+
+def pieces(txns: Sequence[Txn], size: int) -> list[Piece]:
+    """*txns* cut into pieces of at most *size* events each, in order: a large
+    transaction spans several pieces, small ones share one (a transaction without outbox
+    events is an empty span, so the slot may pass it)."""
+    cut: list[list[Span]] = [[]]
+    count = 0
+    for txn in txns:
+        start, total = 0, len(txn.inserts)
+        while True:
+            if count >= size:
+                cut.append([])
+                count = 0
+            stop = min(total, start + size - count)
+            cut[-1].append(Span(txn, start, stop))
+            count += stop - start
+            start = stop
+            if start >= total:
+                break
+    return [Piece(spans, n == len(cut) - 1) for n, spans in enumerate(cut)]
 
 
 def _positions(relation: Relation) -> list[int] | None:
@@ -116,14 +185,12 @@ def outbox_row(insert: Insert, positions: Sequence[int], max_row_bytes: int
         raise PgOutputError(f"pgoutput Insert of {len(insert.values)} columns: fewer than "
                             "its relation's")
     raw = [insert.values[at] for at in positions]
-    texts: list[str | None]
-    if all(type(v) is bytes for v in raw):  # the common case: every column a text value
-        present = cast(list[bytes], raw)
-        size = sum(len(v) for v in present[1:])
-        texts = [v.decode() for v in present]
-    else:
-        size = sum(len(v) for v in raw[1:] if isinstance(v, bytes))
-        texts = [_text(v) for v in raw]
+    if None not in raw and UNCHANGED not in raw:  # every column a text value
+        row = _object_row(cast(list[bytes], raw), max_row_bytes)
+        if row is not None:
+            return row
+    size = sum(len(v) for v in raw[1:] if isinstance(v, bytes))
+    texts = [_text(v) for v in raw]
     outbox_id, topic, key, dedupe, event_type, payload, headers = texts
     if outbox_id is None or topic is None or key is None:
         raise PgOutputError("pgoutput Insert: an outbox row without its id, topic or key")
@@ -132,6 +199,27 @@ def outbox_row(insert: Insert, positions: Sequence[int], max_row_bytes: int
         int(outbox_id), topic, key, dedupe, event_type, None if oversized else payload,
         _payload_type(payload), None if oversized else headers, size, oversized, 0)
     return parse_claimed(record, max_row_bytes)
+
+
+def _object_row(raw: list[bytes], max_row_bytes: int) -> Row | None:
+    """The common case straight from the message's bytes (the payload and the key go to
+    Kafka as they came, not decoded and encoded again): an object payload within the
+    size limit, headers a JSON object of strings; None for anything else."""
+    outbox_id, topic, key, dedupe, event_type, payload, headers = raw
+    if payload[:1] != b"{" or sum(map(len, raw)) - len(outbox_id) > max_row_bytes:
+        return None
+    try:
+        decoded = json.loads(headers)
+    except ValueError:
+        return None
+    if type(decoded) is not dict:
+        return None
+    try:
+        topic_text, key_text = topic.decode(), key.decode()
+    except UnicodeDecodeError:
+        return None
+    return object_row(int(outbox_id), topic_text, key_text, key, payload, decoded,
+                      event_type, dedupe)
 
 
 def _payload_type(payload: str | None) -> str:
@@ -150,6 +238,8 @@ def _payload_type(payload: str | None) -> str:
 class _Open:
     end_lsn: int
     pending: set[int]
+    read: int = 0  # events of it read in this cycle (settled or not)
+    complete: bool = True  # every event of it read (a large one is read in pieces)
 
 
 @attrs.define
@@ -201,17 +291,32 @@ class SlotProgress:
         """Events read in this cycle and not settled."""
         return sum(len(txn.pending) for txn in self._open)
 
-    def add(self, end_lsn: int, ids: Sequence[int]) -> set[int]:
-        """A transaction read (its events in order); the ids of it already settled in an
-        earlier cycle (not to be sent again)."""
-        self.read_upto = max(self.read_upto, end_lsn)
+    @property
+    def unpassed_events(self) -> int:
+        """Events read in this cycle that the slot has not passed: the next peek returns
+        them again (it always starts at the confirmed position)."""
+        return sum(txn.read for txn in self._open)
+
+    def add(self, end_lsn: int, ids: Sequence[int], *, complete: bool = True) -> set[int]:
+        """Events of a transaction read, in order (*complete*: its last ones; a large
+        transaction comes in several pieces, and the slot passes none of it before the
+        last); the ids of them already settled in an earlier cycle (not to be sent
+        again)."""
+        if complete:
+            self.read_upto = max(self.read_upto, end_lsn)
         if ids:
             self.max_id = max(self.max_id, max(ids))
         done = self.settled.get(end_lsn, set())
-        txn = _Open(end_lsn, {outbox_id for outbox_id in ids if outbox_id not in done})
-        self._open.append(txn)
-        for outbox_id in txn.pending:
-            self._where[outbox_id] = txn
+        last = self._open[-1] if self._open else None
+        if last is None or last.end_lsn != end_lsn or last.complete:
+            last = _Open(end_lsn, set())
+            self._open.append(last)
+        new = {outbox_id for outbox_id in ids if outbox_id not in done}
+        last.pending |= new
+        last.read += len(ids)
+        last.complete = complete
+        for outbox_id in new:
+            self._where[outbox_id] = last
         return done & set(ids)
 
     def settle(self, ids: Iterable[int]) -> None:
@@ -231,12 +336,21 @@ class SlotProgress:
         when every transaction read is settled."""
         lsn = self.confirmed
         for txn in self._open:
-            if txn.pending:
+            if txn.pending or not txn.complete:
                 break
             lsn = txn.end_lsn
         else:
             lsn = max(lsn, self.idle_upto)
         return lsn if lsn > self.confirmed else None
+
+    def passable_events(self) -> int:
+        """How many events read in this cycle the slot would pass at :meth:`passable`."""
+        passed = 0
+        for txn in self._open:
+            if txn.pending or not txn.complete:
+                break
+            passed += txn.read
+        return passed
 
     def advanced(self, confirmed: int) -> None:
         """The slot's confirmed position is now *confirmed*."""

@@ -81,7 +81,8 @@ def peek_slot(conn: psycopg.Connection[Any], source: LogicalSource, upto_n: int)
     try:
         records = conn.execute(OUTBOX_QUERIES["outbox_slot_peek"],
                                {"slot": source.slot, "upto_n": upto_n,
-                                "publication": source.publication}).fetchall()
+                                "publication": source.publication},
+                               binary=True).fetchall()  # bytea as bytes, not hex text
     except psycopg.errors.ObjectInUse as exc:
         raise _slot_in_use(source, exc) from exc
     return Peeked(int(position[0]), confirmed,

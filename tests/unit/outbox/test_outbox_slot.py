@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from actors.outbox.pgoutput import PgOutputError
-from actors.outbox.rows import Malformed, Row
-from actors.outbox.slot import SlotProgress, transactions
+from actors.outbox.rows import Malformed, Row, parse_claimed
+from actors.outbox.slot import SlotProgress, pieces, transactions
 from tests.unit.outbox.test_outbox_pgoutput import MICROS, WHEN, begin, commit, insert, relation
 
 OUTBOX_COLUMNS = [(1, "id", 20, -1), (0, "topic", 25, -1), (0, "message_key", 25, -1),
@@ -132,3 +132,43 @@ def test_a_restart_forgets_settled_events_and_sends_them_again() -> None:
     fresh.add(1000, [1])
     assert fresh.add(2000, [2]) == set()
     assert before.settled == {2000: {2}}
+
+
+def test_a_large_transaction_is_cut_into_pieces_and_small_ones_share_one() -> None:
+    big = transactions([OUTBOX_RELATION, *txn(1000, *(outbox_insert(i) for i in range(1, 8)))],
+                       1 << 20)
+    small = transactions([OUTBOX_RELATION, *txn(2000, outbox_insert(8)),
+                          *txn(3000, outbox_insert(9))], 1 << 20)
+    cut = pieces(big + small, 3)
+    assert [[(s.txn.end_lsn, s.start, s.stop) for s in p.spans] for p in cut] == [
+        [(1000, 0, 3)], [(1000, 3, 6)], [(1000, 6, 7), (2000, 0, 1), (3000, 0, 1)]]
+    assert [p.last for p in cut] == [False, False, True]
+    ids = [row.id for p in cut for s in p.spans for row in s.txn.decode(s.start, s.stop)]
+    assert ids == list(range(1, 10))
+
+
+def test_the_slot_passes_no_part_of_a_transaction_until_its_last_piece_is_read() -> None:
+    progress = SlotProgress()
+    progress.begin_cycle(500)
+    progress.add(1000, [1, 2], complete=False)
+    progress.settle([1, 2])
+    assert progress.passable() is None, "the rest of the transaction is not read yet"
+    assert progress.read_upto == 0, "a peek must read the transaction again"
+    progress.add(1000, [3], complete=True)
+    assert progress.unpassed_events == 3 and progress.passable_events() == 0
+    progress.settle([3])
+    assert progress.passable() == 1000 and progress.passable_events() == 3
+    progress.advanced(1000)
+    assert progress.unpassed_events == 0
+
+
+def test_the_fast_path_builds_the_same_message_as_the_claim() -> None:
+    """An object payload with string headers is built from the message's bytes; the same
+    row through the claim's parser (as a table-source claim returns it) is identical."""
+    payload, headers = b'{"a": "\xc3\xa9"}', b'{"source": "tests", "event-id": "x"}'
+    (row,) = transactions([OUTBOX_RELATION, *txn(1000, outbox_insert(
+        5, "ké", payload, headers))], 1 << 20)[0].rows
+    claimed = parse_claimed((5, "t.topic", "ké", "d5", "Test",
+                             payload.decode(), "object", headers.decode(), 0, False, 0))
+    assert row == claimed
+    assert isinstance(row, Row) and row.message.value == payload
