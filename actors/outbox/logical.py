@@ -67,6 +67,8 @@ from actors.outbox.slot_io import (
     SlotGone,
     advance_slot,
     blocking_keys,
+    log_snapshot,
+    may_snapshot,
     peek_slot,
     slot_confirmed,
 )
@@ -86,6 +88,8 @@ ANSWERS_QUEUE = 16
 DEAD_LETTERS_QUEUE = 64
 REREAD_FACTOR = 2  # events read and not passed by the slot, in batches, before it waits
 ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes again
+SNAPSHOT_EVERY = 1.0  # standby snapshots the relay logs (when its role may), at most
+SNAPSHOT_ASK_EVERY = 300.0  # a role that may not is asked again after this long
 OPEN_WAIT = 1.0  # how long the reader waits for them to settle before the cycle ends
 
 
@@ -119,9 +123,27 @@ class _Cycle:
             if target is None:
                 return
             confirmed = await self.db.atomic(advance_slot, self.source, target)
+            await self._snapshot()
         self.advance_due = trio.current_time() + ADVANCE_EVERY
         self.progress.advanced(confirmed)
         self.settled([])
+
+    async def _snapshot(self) -> None:
+        """At most every :data:`SNAPSHOT_EVERY`, after a move, log a standby snapshot if
+        the role may (asked again every :data:`SNAPSHOT_ASK_EVERY`): the slot's restart
+        position then follows its confirmed one, and a peek decodes about a second of WAL
+        again, not up to the background writer's 15 s."""
+        progress, now = self.progress, trio.current_time()
+        if now < progress.snapshot_due:
+            return
+        if not progress.may_snapshot:
+            progress.may_snapshot = await self.db.run(may_snapshot)
+            if not progress.may_snapshot:
+                progress.snapshot_due = now + SNAPSHOT_ASK_EVERY
+                return
+        progress.may_snapshot = await self.db.run(log_snapshot)
+        progress.snapshot_due = now + (SNAPSHOT_EVERY if progress.may_snapshot
+                                       else SNAPSHOT_ASK_EVERY)
 
 
 async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,

@@ -25,6 +25,7 @@ from actors.outbox.logical_setup import (
     setup_statements,
 )
 from actors.outbox.queries import OUTBOX_QUERIES
+from actors.outbox.slot_io import may_snapshot
 from supervision.db.migrate_apply import connect
 from supervision.db.schema_contract import Problem
 from supervision.errors import MigrationError
@@ -76,6 +77,14 @@ def _slot_health(conn: psycopg.Connection[Any], source: LogicalSource) -> list[P
             "the table until it is created again",
             f"SELECT pg_drop_replication_slot('{source.slot}'); then safetynet migrate "
             "(docs/operations.md)", JOBS))
+    if row is not None and not may_snapshot(conn):
+        problems.append(Problem(
+            SUBJECT, "this role may not log standby snapshots: the slot's restart position "
+            "moves only with the background writer's (every 15 s), and each peek decodes "
+            "up to 15 s of the outbox's WAL again",
+            "on PostgreSQL 16 or later, as a superuser: GRANT EXECUTE ON FUNCTION "
+            "pg_catalog.pg_log_standby_snapshot() TO <the runtime role> "
+            "(docs/operations.md)", JOBS, blocking=False))
     keep = conn.execute(OUTBOX_QUERIES["outbox_slot_wal_keep_size"]).fetchone()
     if keep is not None and str(keep[0]).strip() == "-1":
         problems.append(Problem(

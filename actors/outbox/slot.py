@@ -262,6 +262,10 @@ class SlotProgress:
     recorded_source: str | None = None
     recorded_xid: int | None = None
     recorded_at: float = -math.inf
+    # standby snapshots (actors.outbox.logical): whether this role may log them (None: not
+    # asked yet), and when it may next log one, or ask again
+    may_snapshot: bool | None = None
+    snapshot_due: float = -math.inf
     _open: deque[_Open] = attrs.field(factory=deque)
     _where: dict[int, _Open] = attrs.field(factory=dict)
     _marks: deque[tuple[int, int]] = attrs.field(factory=deque)  # (WAL position, xmin)

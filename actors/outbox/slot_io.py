@@ -104,6 +104,30 @@ def advance_slot(conn: psycopg.Connection[Any], source: LogicalSource, lsn: int)
     return int(row[0])
 
 
+def may_snapshot(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this role may log standby snapshots (:func:`log_snapshot`)."""
+    try:
+        with conn.transaction():
+            row = conn.execute(OUTBOX_QUERIES["outbox_slot_may_snapshot"]).fetchone()
+    except psycopg.errors.UndefinedFunction:  # a server without it
+        return False
+    return bool(row and row[0])
+
+
+def log_snapshot(conn: psycopg.Connection[Any]) -> bool:
+    """Write a running-transactions record to the WAL, so the slot's restart position
+    can follow its confirmed one (a peek and a move both decode from the restart
+    position: without this it moves only with the background writer's record, every
+    15 s, and each peek decodes up to 15 s of WAL again). False when the role may not
+    (any more)."""
+    try:
+        with conn.transaction():  # a savepoint: a refusal leaves the transaction usable
+            conn.execute(OUTBOX_QUERIES["outbox_slot_snapshot"])
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
+
+
 def blocking_keys(conn: psycopg.Connection[Any], keys: Sequence[Key]) -> dict[Key, int]:
     """Of *keys*, those a dead letter blocks, with the lowest blocking outbox id (the
     dead letter's own topic and key are kept to 249 and 400 characters, as the table

@@ -120,3 +120,16 @@ SELECT NOT EXISTS (SELECT 1 FROM messenger.integration_outbox o WHERE o.id > %(a
 -- The most WAL a slot may retain before PostgreSQL invalidates it (-1: unlimited, a
 -- forgotten or stuck slot may fill the disk).
 SELECT current_setting('max_slot_wal_keep_size') AS keep_size;
+
+-- name: outbox_slot_may_snapshot --
+-- Whether this role may log a standby snapshot (pg_log_standby_snapshot, PostgreSQL 16 and
+-- later; superusers, or a role granted EXECUTE on it): false on older servers.
+SELECT CASE WHEN current_setting('server_version_num')::int >= 160000
+            THEN has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE')
+            ELSE false END AS may_snapshot;
+
+-- name: outbox_slot_snapshot --
+-- Writes a running-transactions record to the WAL (what the background writer writes every
+-- 15 s): once the slot has read past it and moved past it, the slot's restart position moves
+-- there, and every later peek and move decodes from there instead of from up to 15 s back.
+SELECT pg_log_standby_snapshot() AS snapshot_lsn;

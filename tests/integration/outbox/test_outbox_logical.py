@@ -18,6 +18,7 @@ import trio
 
 from actors.envelope import event_id
 from actors.leases.lock_keeper import CycleContext
+from actors.outbox import logical
 from actors.outbox.claimer import claim_batch
 from actors.outbox.handover import write_source
 from actors.outbox.logical_setup import (
@@ -33,7 +34,7 @@ from actors.outbox.queries import OUTBOX_QUERIES
 from actors.outbox.relay import run_relay_cycle
 from actors.outbox.rows import Row
 from actors.outbox.slot import transactions
-from actors.outbox.slot_io import peek_slot
+from actors.outbox.slot_io import log_snapshot, may_snapshot, peek_slot
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.settings import Config
 from supervision.app.tree import relay_job
@@ -43,6 +44,7 @@ from supervision.dev.ports import free_ports
 from supervision.errors import LeaseLost
 from tests.conftest import make_config
 from tests.faults import FaultProxy
+from tests.integration.db.test_print_sql import new_role
 from tests.integration.outbox.test_outbox_relay import (
     CLAIM_CASES,
     dead_letters,
@@ -369,3 +371,43 @@ def test_the_slot_builds_each_message_as_the_claim_does(
     assert [type(d) for d in decoded] == [type(c) for c in claimed]
     for got, want in zip(decoded, claimed, strict=True):
         assert got == want
+
+
+def restart_lsn(dsn: str, src: LogicalSource) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT restart_lsn - '0/0'::pg_lsn FROM pg_replication_slots"
+                           " WHERE slot_name = %s", (src.slot,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_the_slots_restart_position_follows_the_relay_when_it_may_log_snapshots(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peek and a move decode from the slot's restart position, which moves only past a
+    running-transactions record the slot has read: a relay that may log one (here a
+    superuser, at every move) leaves the restart position past the events it relayed,
+    where the background writer's record (every 15 s) would have left it before them."""
+    monkeypatch.setattr(logical, "SNAPSHOT_EVERY", 0.0)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        before = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+                              ).fetchone()[0]  # type: ignore[index]
+    await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
+                                  [f"k{n % 9}" for n in range(300)])
+    counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
+    assert counts["published"] == 300
+    assert restart_lsn(db_dsn, source) > int(before)
+
+
+def test_a_role_that_may_not_log_snapshots_is_told_and_its_transaction_goes_on(
+        db_dsn: str) -> None:
+    """Without EXECUTE on pg_log_standby_snapshot the relay learns it may not (and reads
+    on, with the background writer's records only): the refusal is a False, not an
+    aborted transaction."""
+    _, role_dsn = new_role(db_dsn, "sn_nosnap")
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert may_snapshot(conn) is True  # the test server's superuser
+    with psycopg.connect(role_dsn) as conn, conn.transaction():
+        assert may_snapshot(conn) is False
+        assert log_snapshot(conn) is False
+        assert conn.execute("SELECT 1").fetchone() == (1,)
