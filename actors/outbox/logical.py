@@ -19,12 +19,14 @@ differ:
   transaction's first wave leaves while the rest of it is still to decode); events
   already settled in an earlier cycle are left out, and the events of a key a dead
   letter blocks are passed (never published out of order: they stay in the table, where
-  the dead letter's key finds them). A peek always starts at the slot's confirmed
-  position and returns again every event read above it, so before each peek the reader
-  waits until fewer than :data:`REREAD_FACTOR` batches of such events would be left once
-  the slot moves past the settled ones, and moves it when that passes a quarter batch or
-  more; when they stay (one held key), it stops reading after :data:`OPEN_WAIT` and the
-  cycle ends (the next one reads again from the slot's position);
+  the dead letter's key finds them; a cycle that finds no blocked key at its start skips
+  that look-up). A peek always starts at the slot's confirmed position and returns again
+  every event read above it, so before each peek the reader waits until fewer than
+  :data:`REREAD_FACTOR` batches of such events would be left once the slot moves past
+  the settled ones, and moves it there; when they stay (one held key), it stops reading
+  after :data:`OPEN_WAIT` and the cycle ends (the next one reads again from the slot's
+  position). After a move it logs a standby snapshot at most every
+  :data:`SNAPSHOT_EVERY`, when its role may, so the slot's restart position follows;
 * the **slot advancer** settles what Kafka acknowledged and, at most every
   :data:`ADVANCE_EVERY` (each move decodes the WAL it passes again), moves the slot's
   confirmed position to the end of the last transaction whose every event, and every
@@ -66,6 +68,7 @@ from actors.outbox.slot_io import (
     Peeked,
     SlotGone,
     advance_slot,
+    anything_blocking,
     blocking_keys,
     log_snapshot,
     may_snapshot,
@@ -88,7 +91,7 @@ ANSWERS_QUEUE = 16
 DEAD_LETTERS_QUEUE = 64
 REREAD_FACTOR = 2  # events read and not passed by the slot, in batches, before it waits
 ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes again
-SNAPSHOT_EVERY = 1.0  # standby snapshots the relay logs (when its role may), at most
+SNAPSHOT_EVERY = 0.25  # standby snapshots the relay logs (when its role may), at most
 SNAPSHOT_ASK_EVERY = 300.0  # a role that may not is asked again after this long
 OPEN_WAIT = 1.0  # how long the reader waits for them to settle before the cycle ends
 
@@ -106,6 +109,7 @@ class _Cycle:
         self.moved = trio.Event()  # set whenever events settle or the slot moves
         self.committed: dict[int, float] = {}  # read, not settled: its commit time (epoch)
         self.advance_due = -math.inf  # the advancer moves the slot no more often than this
+        self.blocking = True  # some key is blocked (a dead letter, held rows): look per piece
 
     def settled(self, ids: list[int]) -> None:
         self.progress.settle(ids)
@@ -131,8 +135,8 @@ class _Cycle:
     async def _snapshot(self) -> None:
         """At most every :data:`SNAPSHOT_EVERY`, after a move, log a standby snapshot if
         the role may (asked again every :data:`SNAPSHOT_ASK_EVERY`): the slot's restart
-        position then follows its confirmed one, and a peek decodes about a second of WAL
-        again, not up to the background writer's 15 s."""
+        position then follows its confirmed one, and a peek decodes a fraction of a second
+        of WAL again, not up to the background writer's 15 s."""
         progress, now = self.progress, trio.current_time()
         if now < progress.snapshot_due:
             return
@@ -172,6 +176,7 @@ async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float
     cfg = job.cfg
     cycle = _Cycle(job.db, source_of(cfg), job.state.slot)
     cycle.progress.begin_cycle(confirmed)
+    cycle.blocking = await job.db.run(anything_blocking)
     in_hand = InHand(max_rows=2 * cfg.batch_size, max_bytes=cfg.claim_max_bytes)
     claims_send, claims_recv = trio.open_memory_channel[Claim](0)
     answers_send, answers_recv = trio.open_memory_channel[Answered](ANSWERS_QUEUE)
@@ -202,7 +207,7 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
     async with claims:
         while trio.current_time() < deadline:
             await in_hand.room()
-            if not await _reread_room(cycle, REREAD_FACTOR * batch_size, batch_size // 4):
+            if not await _reread_room(cycle, REREAD_FACTOR * batch_size):
                 return  # one held key keeps the slot: the next cycle reads again
             at = trio.current_time()
             peeked = await _peek(cycle, upto_n)
@@ -234,20 +239,18 @@ async def _peek(cycle: _Cycle, upto_n: int) -> Peeked:
     return peeked
 
 
-async def _reread_room(cycle: _Cycle, limit: int, worth: int) -> bool:
+async def _reread_room(cycle: _Cycle, limit: int) -> bool:
     """Before a peek (which returns again every event read above the slot's confirmed
     position): wait, up to :data:`OPEN_WAIT` without progress, until fewer than *limit*
     such events would be left once the slot moves as far as settled events allow, then
-    move it if that passes at least *worth* of them (a move costs about as much as
-    reading a hundred events again). False if they stay."""
+    move it there. False if they stay."""
     progress = cycle.progress
     while progress.unpassed_events - progress.passable_events() >= limit:
         with trio.move_on_after(OPEN_WAIT) as waited:
             await cycle.moved.wait()
         if waited.cancelled_caught:
             return False
-    if progress.passable_events() >= worth or progress.unpassed_events >= limit:
-        await cycle.advance()
+    await cycle.advance()
     return True
 
 
@@ -274,6 +277,8 @@ async def _unsettled_rows(cycle: _Cycle, piece: Piece) -> list[Row | Malformed]:
             if row.id not in done:
                 rows.append(row)
                 cycle.committed[row.id] = committed
+    if not cycle.blocking:
+        return rows
     keys: list[Key] = sorted({(row.topic, row.message_key) for row in rows})
     blocked = await cycle.db.run(blocking_keys, keys)
     if not blocked:

@@ -142,6 +142,12 @@ def blocking_keys(conn: psycopg.Connection[Any], keys: Sequence[Key]) -> dict[Ke
             if (k[0][:249], k[1][:400]) in found}
 
 
+def anything_blocking(conn: psycopg.Connection[Any]) -> bool:
+    """Whether any key is blocked by a dead letter or held rows (the cycle's probe)."""
+    row = conn.execute(OUTBOX_QUERIES["outbox_anything_blocking"]).fetchone()
+    return bool(row and row[0])
+
+
 def slot_idle(conn: psycopg.Connection[Any], source: LogicalSource, after_id: int,
               max_retained: int) -> bool:
     """The logical source's idle probe: no outbox row above *after_id* and the slot holds

@@ -133,3 +133,12 @@ SELECT CASE WHEN current_setting('server_version_num')::int >= 160000
 -- 15 s): once the slot has read past it and moved past it, the slot's restart position moves
 -- there, and every later peek and move decodes from there instead of from up to 15 s back.
 SELECT pg_log_standby_snapshot() AS snapshot_lsn;
+
+-- name: outbox_anything_blocking --
+-- The logical source's probe at a cycle's start: whether any key is blocked at all (a dead
+-- letter that blocks its key, or outbox rows held behind one; both through a partial index,
+-- usually empty). When none is, the cycle's pieces skip outbox_dead_letters_blocking_keys:
+-- a key this cycle dead-letters is held by the publisher's window for the rest of it.
+SELECT EXISTS (SELECT 1 FROM safetynet.outbox_dead_letters WHERE blocks_key)
+       OR EXISTS (SELECT 1 FROM messenger.integration_outbox
+                  WHERE published_at IS NULL AND last_error ^@ 'held:') AS anything_blocking;
