@@ -25,8 +25,10 @@ differ:
   :data:`REREAD_FACTOR` batches of such events would be left once the slot moves past
   the settled ones, and moves it there; when they stay (one held key), it stops reading
   after :data:`OPEN_WAIT` and the cycle ends (the next one reads again from the slot's
-  position). After a move it logs a standby snapshot at most every
-  :data:`SNAPSHOT_EVERY`, when its role may, so the slot's restart position follows;
+  position). A peek asks for :data:`PEEK_BATCHES` batches of messages past those it
+  returns again, so a backlog is read in few peeks. After a move it logs a standby
+  snapshot at most every :data:`SNAPSHOT_EVERY`, when its role may, so the slot's
+  restart position follows;
 * the **slot advancer** settles what Kafka acknowledged and, at most every
   :data:`ADVANCE_EVERY` (each move decodes the WAL it passes again), moves the slot's
   confirmed position to the end of the last transaction whose every event, and every
@@ -89,6 +91,7 @@ log = structlog.get_logger("outbox_relay")
 
 ANSWERS_QUEUE = 16
 DEAD_LETTERS_QUEUE = 64
+PEEK_BATCHES = 8  # messages a peek asks for past those it returns again, in batches
 REREAD_FACTOR = 2  # events read and not passed by the slot, in batches, before it waits
 ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes again
 SNAPSHOT_EVERY = 0.25  # standby snapshots the relay logs (when its role may), at most
@@ -203,7 +206,7 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
     publisher is gone. A peek's transactions go on in pieces of at most *batch_size*
     events, each decoded when there is room for it, so the first wave of a large
     transaction leaves while the rest of it is still being read."""
-    upto_n = batch_size
+    upto_n = PEEK_BATCHES * batch_size
     async with claims:
         while trio.current_time() < deadline:
             await in_hand.room()
@@ -213,7 +216,7 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
             peeked = await _peek(cycle, upto_n)
             txns = transactions(peeked.records, max_row_bytes, cycle.progress.read_upto)
             behind = len(peeked.records) >= upto_n
-            upto_n = len(peeked.records) + batch_size
+            upto_n = len(peeked.records) + PEEK_BATCHES * batch_size
             if not txns:
                 if not behind:  # all up to wal_position read (in this cycle, or none)
                     cycle.progress.caught_up(peeked.wal_position)
