@@ -48,7 +48,6 @@ has not acknowledged.
 
 from __future__ import annotations
 
-import math
 import time
 from functools import partial
 from typing import TYPE_CHECKING
@@ -58,29 +57,23 @@ import trio
 
 from actors.outbox.dead_letters import run_dead_letters
 from actors.outbox.handover import TableCycle, enter_logical, fall_back, record_passed
-from actors.outbox.held import mark_held, run_held
+from actors.outbox.held import run_held
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.messages import Answered, Claim, DeadLetter
 from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
 from actors.outbox.publisher import run_publisher
-from actors.outbox.rows import Key, Malformed, Row
 from actors.outbox.settings import OutboxRelayConfig
-from actors.outbox.slot import Piece, SlotProgress, pieces, transactions
+from actors.outbox.slot import transactions
+from actors.outbox.slot_cycle import OPEN_WAIT, SlotCycle, hand_on, send_claim
 from actors.outbox.slot_io import (
     Peeked,
     SlotGone,
-    advance_slot,
     anything_blocking,
-    blocking_keys,
-    log_snapshot,
-    may_snapshot,
     peek_slot,
     slot_confirmed,
 )
 from actors.outbox.state import RelayCounts
 from actors.outbox.window import InHand, Window
-from supervision.db.database import Database
-from supervision.tree.shielding import must_complete
 
 if TYPE_CHECKING:
     from actors.outbox.job import RelayJob
@@ -93,64 +86,10 @@ ANSWERS_QUEUE = 16
 DEAD_LETTERS_QUEUE = 64
 PEEK_BATCHES = 8  # messages a peek asks for past those it returns again, in batches
 REREAD_FACTOR = 2  # events read and not passed by the slot, in batches, before it waits
-ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes again
-SNAPSHOT_EVERY = 0.25  # standby snapshots the relay logs (when its role may), at most
-SNAPSHOT_ASK_EVERY = 300.0  # a role that may not is asked again after this long
-OPEN_WAIT = 1.0  # how long the reader waits for them to settle before the cycle ends
 
 
 def source_of(cfg: OutboxRelayConfig) -> LogicalSource:
     return LogicalSource(cfg.slot, cfg.publication)
-
-
-class _Cycle:
-    """What the cycle's reader and advancer share: the slot, its lock, the progress."""
-
-    def __init__(self, db: Database, source: LogicalSource, progress: SlotProgress) -> None:
-        self.db, self.source, self.progress = db, source, progress
-        self.slot_lock = trio.Lock()
-        self.moved = trio.Event()  # set whenever events settle or the slot moves
-        self.committed: dict[int, float] = {}  # read, not settled: its commit time (epoch)
-        self.advance_due = -math.inf  # the advancer moves the slot no more often than this
-        self.blocking = True  # some key is blocked (a dead letter, held rows): look per piece
-
-    def settled(self, ids: list[int]) -> None:
-        self.progress.settle(ids)
-        for outbox_id in ids:
-            self.committed.pop(outbox_id, None)
-        self.moved.set()
-        self.moved = trio.Event()
-
-    async def advance(self) -> None:
-        """Move the slot as far as the settled events allow (behind the fence)."""
-        if self.progress.passable() is None:
-            return
-        async with must_complete(), self.slot_lock:
-            target = self.progress.passable()  # again: the other may have moved it
-            if target is None:
-                return
-            confirmed = await self.db.atomic(advance_slot, self.source, target)
-            await self._snapshot()
-        self.advance_due = trio.current_time() + ADVANCE_EVERY
-        self.progress.advanced(confirmed)
-        self.settled([])
-
-    async def _snapshot(self) -> None:
-        """At most every :data:`SNAPSHOT_EVERY`, after a move, log a standby snapshot if
-        the role may (asked again every :data:`SNAPSHOT_ASK_EVERY`): the slot's restart
-        position then follows its confirmed one, and a peek decodes a fraction of a second
-        of WAL again, not up to the background writer's 15 s."""
-        progress, now = self.progress, trio.current_time()
-        if now < progress.snapshot_due:
-            return
-        if not progress.may_snapshot:
-            progress.may_snapshot = await self.db.run(may_snapshot)
-            if not progress.may_snapshot:
-                progress.snapshot_due = now + SNAPSHOT_ASK_EVERY
-                return
-        progress.may_snapshot = await self.db.run(log_snapshot)
-        progress.snapshot_due = now + (SNAPSHOT_EVERY if progress.may_snapshot
-                                       else SNAPSHOT_ASK_EVERY)
 
 
 async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
@@ -177,7 +116,7 @@ async def run_logical_pipeline(job: RelayJob, counts: RelayCounts, deadline: flo
 async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float,
                              confirmed: int) -> None:
     cfg = job.cfg
-    cycle = _Cycle(job.db, source_of(cfg), job.state.slot)
+    cycle = SlotCycle(job.db, source_of(cfg), job.state.slot)
     cycle.progress.begin_cycle(confirmed)
     cycle.blocking = await job.db.run(anything_blocking)
     in_hand = InHand(max_rows=2 * cfg.batch_size, max_bytes=cfg.claim_max_bytes)
@@ -198,7 +137,7 @@ async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float
     await cycle.advance()
 
 
-async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
+async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
                           deadline: float, in_hand: InHand,
                           claims: trio.MemorySendChannel[Claim]) -> None:
     """Read the slot until a peek has nothing new (an empty claim is sent on, then the
@@ -220,21 +159,14 @@ async def run_slot_reader(cycle: _Cycle, batch_size: int, max_row_bytes: int,
             if not txns:
                 if not behind:  # all up to wal_position read (in this cycle, or none)
                     cycle.progress.caught_up(peeked.wal_position)
-                    await _send(claims, Claim([], 0, at=at))
+                    await send_claim(claims, Claim([], 0, at=at))
                     return
                 continue
-            for n, piece in enumerate(pieces(txns, batch_size)):
-                if n:
-                    await in_hand.room()
-                rows = await _unsettled_rows(cycle, piece)
-                if rows:
-                    in_hand.add([row for row in rows if isinstance(row, Row)])
-                    if not await _send(claims, Claim(rows, len(rows), at=at,
-                                                     behind=behind or not piece.last)):
-                        return
+            if not await hand_on(cycle, txns, at, behind, batch_size, in_hand, claims):
+                return
 
 
-async def _peek(cycle: _Cycle, upto_n: int) -> Peeked:
+async def _peek(cycle: SlotCycle, upto_n: int) -> Peeked:
     async with cycle.slot_lock:
         peeked = await cycle.db.run(peek_slot, cycle.source, upto_n)
     cycle.progress.advanced(peeked.confirmed)
@@ -242,7 +174,7 @@ async def _peek(cycle: _Cycle, upto_n: int) -> Peeked:
     return peeked
 
 
-async def _reread_room(cycle: _Cycle, limit: int) -> bool:
+async def _reread_room(cycle: SlotCycle, limit: int) -> bool:
     """Before a peek (which returns again every event read above the slot's confirmed
     position): wait, up to :data:`OPEN_WAIT` without progress, until fewer than *limit*
     such events would be left once the slot moves as far as settled events allow, then
@@ -257,48 +189,7 @@ async def _reread_room(cycle: _Cycle, limit: int) -> bool:
     return True
 
 
-async def _send(claims: trio.MemorySendChannel[Claim], claim: Claim) -> bool:
-    try:
-        await claims.send(claim)
-    except trio.BrokenResourceError:  # the publisher stopped (Kafka down, deadline)
-        return False
-    return True
-
-
-async def _unsettled_rows(cycle: _Cycle, piece: Piece) -> list[Row | Malformed]:
-    """The rows of *piece* to send, decoded and registered with the progress; those
-    settled in an earlier cycle left out; those of a key blocked by a dead letter passed
-    (settled)."""
-    rows: list[Row | Malformed] = []
-    for span in piece.spans:
-        txn = span.txn
-        decoded = txn.decode(span.start, span.stop)
-        done = cycle.progress.add(txn.end_lsn, [row.id for row in decoded],
-                                  complete=span.stop == len(txn.inserts))
-        committed = txn.commit_time.timestamp()
-        for row in decoded:
-            if row.id not in done:
-                rows.append(row)
-                cycle.committed[row.id] = committed
-    if not cycle.blocking:
-        return rows
-    keys: list[Key] = sorted({(row.topic, row.message_key) for row in rows})
-    blocked = await cycle.db.run(blocking_keys, keys)
-    if not blocked:
-        return rows
-    passed = [row.id for row in rows
-              if blocked.get((row.topic, row.message_key), math.inf) < row.id]
-    if passed:
-        log.warning("outbox_blocked_events_passed", events=len(passed),
-                    keys=len(blocked))
-        async with must_complete():  # marked held before the slot may pass them
-            await cycle.db.atomic(mark_held, passed)
-        cycle.settled(passed)
-    gone = set(passed)
-    return [row for row in rows if row.id not in gone]
-
-
-async def run_slot_advancer(cycle: _Cycle, counts: RelayCounts,
+async def run_slot_advancer(cycle: SlotCycle, counts: RelayCounts,
                             inbox: trio.MemoryReceiveChannel[Answered]) -> None:
     """Settle every acknowledged event handed over and move the slot behind them, until
     *inbox* is closed and drained."""
@@ -323,7 +214,7 @@ def _queued(inbox: trio.MemoryReceiveChannel[Answered]) -> list[Answered]:
             return queued
 
 
-def _record(cycle: _Cycle, counts: RelayCounts, answers: list[Answered]) -> None:
+def _record(cycle: SlotCycle, counts: RelayCounts, answers: list[Answered]) -> None:
     acked = [outbox_id for answered in answers for outbox_id in answered.acked]
     failed = [failure for answered in answers for failure in answered.failed]
     now = time.time()

@@ -79,13 +79,17 @@ class Txn:
 
 
 def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
-                 after: int = 0) -> list[Txn]:
+                 after: int = 0, relations: dict[int, list[int] | None] | None = None
+                 ) -> list[Txn]:
     """The complete transactions of one peek that end past *after* (a trailing one
     without its Commit is left out: the next peek returns it whole), with their inserts
     into the outbox found but not decoded (:meth:`Txn.decode`). Raises
     :class:`~actors.outbox.pgoutput.PgOutputError` for a Begin, Commit or Relation that
-    does not decode, or an insert of a relation not described before it."""
-    relations: dict[int, list[int] | None] = {}  # relid → column positions (None: not ours)
+    does not decode, or an insert of a relation not described before it (in these
+    records, or in *relations*: a stream describes each relation once, and the caller
+    keeps them from one call to the next)."""
+    if relations is None:  # relid → column positions (None: not the outbox)
+        relations = {}
     done: list[Txn] = []
     current: Txn | None = None
     skipping = False  # in a transaction read already (its commit is before *after*)

@@ -18,7 +18,7 @@ import trio
 
 from actors.envelope import event_id
 from actors.leases.lock_keeper import CycleContext
-from actors.outbox import logical
+from actors.outbox import slot_cycle
 from actors.outbox.claimer import claim_batch
 from actors.outbox.handover import write_source
 from actors.outbox.logical_setup import (
@@ -388,7 +388,7 @@ async def test_the_slots_restart_position_follows_the_relay_when_it_may_log_snap
     running-transactions record the slot has read: a relay that may log one (here a
     superuser, at every move) leaves the restart position past the events it relayed,
     where the background writer's record (every 15 s) would have left it before them."""
-    monkeypatch.setattr(logical, "SNAPSHOT_EVERY", 0.0)
+    monkeypatch.setattr(slot_cycle, "SNAPSHOT_EVERY", 0.0)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         before = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
                               ).fetchone()[0]  # type: ignore[index]

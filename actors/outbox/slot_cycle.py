@@ -1,0 +1,163 @@
+"""One logical-source cycle as its reader and advancer see it: the slot, its lock, the
+progress, and how read transactions are handed on to the publisher.
+
+>>> cycle = SlotCycle(db, source, job.state.slot)
+>>> await hand_on(cycle, txns, at, behind, batch_size, in_hand, claims)   # the readers
+>>> await cycle.advance()                                                # behind the fence
+
+Shared by the peek reader (:mod:`actors.outbox.logical`) and the stream reader
+(:mod:`actors.outbox.stream_reader`). The slot moves by ``pg_replication_slot_advance``
+(a transaction that checks the lease's fence first), or, while a stream is open (the slot
+is then *active* and refuses the SQL functions), by the stream's status update, sent right
+after a fenced transaction checked the lease: in both, a fenced leader never moves it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import structlog
+import trio
+
+from actors.outbox.held import mark_held
+from actors.outbox.logical_setup import LogicalSource
+from actors.outbox.messages import Claim
+from actors.outbox.rows import Key, Malformed, Row
+from actors.outbox.slot import Piece, SlotProgress, Txn, pieces
+from actors.outbox.slot_io import advance_slot, blocking_keys, log_snapshot, may_snapshot
+from actors.outbox.stream import SlotStream
+from actors.outbox.window import InHand
+from supervision.db.database import Database
+from supervision.tree.shielding import must_complete
+
+__all__ = ["ADVANCE_EVERY", "OPEN_WAIT", "SlotCycle", "hand_on", "send_claim"]
+
+log = structlog.get_logger("outbox_relay")
+
+ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes again
+SNAPSHOT_EVERY = 0.25  # standby snapshots the relay logs (when its role may), at most
+SNAPSHOT_ASK_EVERY = 300.0  # a role that may not is asked again after this long
+OPEN_WAIT = 1.0  # how long a reader waits for read events to settle before the cycle ends
+
+
+def _fence_only(conn: object) -> None:
+    """Nothing: run through :meth:`Database.atomic` on a fenced database, the
+    transaction's first statement checks the lease (the stream's move comes after)."""
+
+
+class SlotCycle:
+    """What the cycle's reader and advancer share: the slot, its lock, the progress."""
+
+    def __init__(self, db: Database, source: LogicalSource, progress: SlotProgress) -> None:
+        self.db, self.source, self.progress = db, source, progress
+        self.slot_lock = trio.Lock()
+        self.moved = trio.Event()  # set whenever events settle or the slot moves
+        self.committed: dict[int, float] = {}  # read, not settled: its commit time (epoch)
+        self.advance_due = -math.inf  # the advancer moves the slot no more often than this
+        self.blocking = True  # some key is blocked (a dead letter, held rows): look per piece
+        self.stream: SlotStream | None = None  # while open, the slot moves through it
+
+    def settled(self, ids: list[int]) -> None:
+        self.progress.settle(ids)
+        for outbox_id in ids:
+            self.committed.pop(outbox_id, None)
+        self.moved.set()
+        self.moved = trio.Event()
+
+    async def advance(self) -> None:
+        """Move the slot as far as the settled events allow (behind the fence)."""
+        if self.progress.passable() is None:
+            return
+        async with must_complete(), self.slot_lock:
+            await self.advance_locked()
+
+    async def advance_locked(self) -> None:
+        """:meth:`advance`, the slot's lock held."""
+        target = self.progress.passable()  # again: the other may have moved it
+        if target is None:
+            return
+        if self.stream is not None:
+            await self.db.atomic(_fence_only)
+            self.stream.confirm(target)
+            confirmed = target
+        else:
+            confirmed = await self.db.atomic(advance_slot, self.source, target)
+        await self._snapshot()
+        self.advance_due = trio.current_time() + ADVANCE_EVERY
+        self.progress.advanced(confirmed)
+        self.settled([])
+
+    async def _snapshot(self) -> None:
+        """At most every :data:`SNAPSHOT_EVERY`, after a move, log a standby snapshot if
+        the role may (asked again every :data:`SNAPSHOT_ASK_EVERY`): the slot's restart
+        position then follows its confirmed one, and a peek decodes a fraction of a second
+        of WAL again, not up to the background writer's 15 s."""
+        progress, now = self.progress, trio.current_time()
+        if now < progress.snapshot_due:
+            return
+        if not progress.may_snapshot:
+            progress.may_snapshot = await self.db.run(may_snapshot)
+            if not progress.may_snapshot:
+                progress.snapshot_due = now + SNAPSHOT_ASK_EVERY
+                return
+        progress.may_snapshot = await self.db.run(log_snapshot)
+        progress.snapshot_due = now + (SNAPSHOT_EVERY if progress.may_snapshot
+                                       else SNAPSHOT_ASK_EVERY)
+
+
+async def hand_on(cycle: SlotCycle, txns: list[Txn], at: float, behind: bool,
+                  batch_size: int, in_hand: InHand,
+                  claims: trio.MemorySendChannel[Claim]) -> bool:
+    """Hand *txns* on in pieces of at most *batch_size* events, each decoded when the rows
+    in hand leave room for it; False once the publisher is gone."""
+    for n, piece in enumerate(pieces(txns, batch_size)):
+        if n:
+            await in_hand.room()
+        rows = await _unsettled_rows(cycle, piece)
+        if rows:
+            in_hand.add([row for row in rows if isinstance(row, Row)])
+            if not await send_claim(claims, Claim(rows, len(rows), at=at,
+                                                  behind=behind or not piece.last)):
+                return False
+    return True
+
+
+async def send_claim(claims: trio.MemorySendChannel[Claim], claim: Claim) -> bool:
+    try:
+        await claims.send(claim)
+    except trio.BrokenResourceError:  # the publisher stopped (Kafka down, deadline)
+        return False
+    return True
+
+
+async def _unsettled_rows(cycle: SlotCycle, piece: Piece) -> list[Row | Malformed]:
+    """The rows of *piece* to send, decoded and registered with the progress; those
+    settled in an earlier cycle left out; those of a key blocked by a dead letter passed
+    (settled)."""
+    rows: list[Row | Malformed] = []
+    for span in piece.spans:
+        txn = span.txn
+        decoded = txn.decode(span.start, span.stop)
+        done = cycle.progress.add(txn.end_lsn, [row.id for row in decoded],
+                                  complete=span.stop == len(txn.inserts))
+        committed = txn.commit_time.timestamp()
+        for row in decoded:
+            if row.id not in done:
+                rows.append(row)
+                cycle.committed[row.id] = committed
+    if not cycle.blocking:
+        return rows
+    keys: list[Key] = sorted({(row.topic, row.message_key) for row in rows})
+    blocked = await cycle.db.run(blocking_keys, keys)
+    if not blocked:
+        return rows
+    passed = [row.id for row in rows
+              if blocked.get((row.topic, row.message_key), math.inf) < row.id]
+    if passed:
+        log.warning("outbox_blocked_events_passed", events=len(passed),
+                    keys=len(blocked))
+        async with must_complete():  # marked held before the slot may pass them
+            await cycle.db.atomic(mark_held, passed)
+        cycle.settled(passed)
+    gone = set(passed)
+    return [row for row in rows if row.id not in gone]
