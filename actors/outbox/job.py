@@ -21,3 +21,5 @@ class RelayJob:
     retention_every: float = 300.0  # how often published rows past retention are deleted
     retention_batch: int = 1000
     max_row_bytes: int = MAX_REQUEST_SIZE  # a larger row is dead-lettered unread
+    # the logical source's stream: the DSN of its replication connection (None: peeks only)
+    stream_dsn: str | None = attrs.field(default=None, repr=False)

@@ -73,6 +73,7 @@ from actors.outbox.slot_io import (
     slot_confirmed,
 )
 from actors.outbox.state import RelayCounts
+from actors.outbox.stream_reader import read_stream
 from actors.outbox.window import InHand, Window
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float
                                    written=lambda outbox_id: cycle.settled([outbox_id])))
         async with trio.open_nursery() as feed:
             feed.start_soon(partial(run_slot_reader, cycle, cfg.batch_size, job.max_row_bytes,
-                                    deadline, in_hand, claims_send))
+                                    deadline, in_hand, claims_send, job.stream_dsn))
             await run_publisher(job.producer, job.state, Window(in_hand), deadline,
                                 claims_recv, answers_send, letters_send,
                                 min_wave=cfg.batch_size // 4)
@@ -139,7 +140,8 @@ async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float
 
 async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
                           deadline: float, in_hand: InHand,
-                          claims: trio.MemorySendChannel[Claim]) -> None:
+                          claims: trio.MemorySendChannel[Claim],
+                          stream_dsn: str | None = None) -> None:
     """Read the slot until a peek has nothing new (an empty claim is sent on, then the
     channel closes), the *deadline*, the slot held by events that do not settle, or the
     publisher is gone. A peek's transactions go on in pieces of at most *batch_size*
@@ -147,6 +149,9 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
     transaction leaves while the rest of it is still being read."""
     upto_n = PEEK_BATCHES * batch_size
     async with claims:
+        if stream_dsn is not None and not await read_stream(
+                cycle, stream_dsn, batch_size, max_row_bytes, deadline, in_hand, claims):
+            return
         while trio.current_time() < deadline:
             await in_hand.room()
             if not await _reread_room(cycle, REREAD_FACTOR * batch_size):

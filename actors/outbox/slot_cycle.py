@@ -76,10 +76,11 @@ class SlotCycle:
         target = self.progress.passable()  # again: the other may have moved it
         if target is None:
             return
-        if self.stream is not None:
+        stream = self.stream
+        if stream is not None:
             await self.db.atomic(_fence_only)
-            self.stream.confirm(target)
-            confirmed = target
+            stream.confirm(target)  # nothing if it closed meanwhile (a cancel)
+            confirmed = target if not stream.closed else self.progress.confirmed
         else:
             confirmed = await self.db.atomic(advance_slot, self.source, target)
         await self._snapshot()

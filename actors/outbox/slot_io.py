@@ -59,6 +59,13 @@ def slot_confirmed(conn: psycopg.Connection[Any], source: LogicalSource) -> int:
     return int(row[5])
 
 
+def slot_active(conn: psycopg.Connection[Any], source: LogicalSource) -> bool:
+    """Whether a session (a walsender) holds the slot now."""
+    row = conn.execute(OUTBOX_QUERIES["outbox_slot_describe"], {"slot": source.slot}
+                       ).fetchone()
+    return bool(row and row[4])
+
+
 def wal_mark(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """The current WAL position and the oldest transaction id running before it was read
     (every transaction below it had ended by then)."""

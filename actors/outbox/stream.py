@@ -49,6 +49,12 @@ _XLOG = struct.Struct("!qqq")  # data start, WAL end, send time
 _KEEPALIVE = struct.Struct("!qqB")  # WAL end, send time, reply requested
 _STATUS = struct.Struct("!cqqqqB")  # 'r', written, flushed, applied, client time, reply
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in µs since the Unix epoch
+IN_USE_WAIT = 2.0  # how long a slot in use is waited for before the cycle gives up
+IN_USE_POLL = 0.02
+
+
+class SlotInUse(InfrastructureError):
+    """Another session streams the slot (START_REPLICATION refused)."""
 
 
 def replication_conninfo(dsn: str) -> str:
@@ -81,15 +87,28 @@ class SlotStream:
         """Connect and start streaming from the slot's confirmed position. A missing slot
         is :class:`SlotGone`; a refused connection or a slot in use by another session an
         :class:`InfrastructureError`."""
-        conn = await trio.to_thread.run_sync(_start, replication_conninfo(dsn), source)
-        return cls(conn, source)
+        conninfo = replication_conninfo(dsn)
+        with trio.move_on_after(IN_USE_WAIT):
+            while True:
+                try:
+                    conn = await trio.to_thread.run_sync(_start, conninfo, source)
+                except SlotInUse:
+                    await trio.sleep(IN_USE_POLL)  # a walsender of ours still leaving
+                    continue
+                return cls(conn, source)
+        raise InfrastructureError(f"postgres: replication slot {source.slot} is in use by "
+                                  "another session")
 
     async def read(self, upto_n: int, idle: float) -> list[tuple[int, bytes]]:
-        """The changes of the whole transactions received, once about *upto_n* changes
-        have come, or nothing more has come for *idle* seconds (then maybe none); the
-        changes of a transaction not closed yet wait for the next read."""
+        """The changes of the whole transactions received: once about *upto_n* changes
+        have come, or as soon as nothing more has come in and at least one transaction
+        is whole, or after *idle* seconds with nothing (then maybe none). The changes of
+        a transaction not closed yet wait for the next read."""
         while True:
             message = self._next()
+            if message is None:
+                self._consume()  # what the socket holds already
+                message = self._next()
             if message is not None:
                 self._pending.append(message)
                 if message[1][:1] == b"C":
@@ -97,7 +116,7 @@ class SlotStream:
                     if self._closed >= upto_n:
                         return self._take()
                 continue
-            if self._closed >= upto_n:
+            if self._closed:
                 return self._take()
             with trio.move_on_after(idle) as waited:
                 await trio.lowlevel.wait_readable(self._conn.socket)
@@ -112,14 +131,19 @@ class SlotStream:
 
     def confirm(self, lsn: int) -> None:
         """Tell the server the relay is done with everything before *lsn*: the slot's
-        confirmed position moves there (only ever forward). The caller checks the lease's
-        fence first: a fenced leader never confirms."""
-        if lsn > self.confirmed:
+        confirmed position moves there (only ever forward; nothing once closed). The
+        caller checks the lease's fence first: a fenced leader never confirms."""
+        if lsn > self.confirmed and not self.closed:
             self.confirmed = lsn
             self._status(reply=False)
 
+    @property
+    def closed(self) -> bool:
+        return self._conn.status != pq.ConnStatus.OK
+
     def close(self) -> None:
-        """End the stream (the slot is free again); what was confirmed was sent first."""
+        """End the stream (the server frees the slot once its walsender has gone); what
+        was confirmed was sent first."""
         self._conn.finish()
 
     def _next(self) -> tuple[int, bytes] | None:
@@ -180,6 +204,8 @@ def _start(conninfo: str, source: LogicalSource) -> pq.abc.PGconn:
         state = result.error_field(pq.DiagnosticField.SQLSTATE) if result else None
         conn.finish()
         first = error.splitlines()[0] if error else "START_REPLICATION refused"
+        if state == b"55006":  # object_in_use: another walsender has it
+            raise SlotInUse(first)
         if state == b"42704":  # undefined_object: the slot does not exist
             raise SlotGone(f"postgres: replication slot {source.slot} does not exist "
                            "(safetynet migrate creates it)")

@@ -80,8 +80,13 @@ def reaper_job(res: Resources) -> ReaperJob:
 
 
 def relay_job(res: Resources) -> RelayJob:
-    return RelayJob(res.cfg.outbox_relay, res.db, res.producer,
-                    max_run_duration=res.cfg.outbox_relay.lock_ttl / 2)
+    """The relay, with the DSN of its logical source's stream (the slot's changes as the
+    walsender sends them) when it reads a slot."""
+    relay = res.cfg.outbox_relay
+    stream_dsn = (conninfo(res.cfg.postgres, "safetynet-outbox-stream")
+                  if relay.source == "logical" else None)
+    return RelayJob(relay, res.db, res.producer, max_run_duration=relay.lock_ttl / 2,
+                    stream_dsn=stream_dsn)
 
 
 def locked_jobs(res: Resources, include_disabled: bool = False,

@@ -203,11 +203,17 @@ async def test_a_drain_publishes_every_event_once_in_key_order_without_updating_
     assert await trio.to_thread.run_sync(peek, db_dsn, source) == []
 
 
-def enqueue_in_transactions(dsn: str, topic: str, keys: list[str]) -> list[int]:
-    """Outbox rows in transactions of 1, 2, ... 20 rows (commit order = id order)."""
+def enqueue_in_transactions(dsn: str, topic: str, keys: list[str],
+                            durable: bool = False) -> list[int]:
+    """Outbox rows in transactions of 1, 2, ... 20 rows (commit order = id order);
+    *durable*: committed with synchronous_commit on (the test server's default is off),
+    so the WAL is flushed and a stream sends them at once."""
     ids: list[int] = []
     size, start = 1, 0
     with psycopg.connect(dsn) as conn:
+        if durable:
+            conn.execute("SET synchronous_commit = on")
+            conn.commit()
         while start < len(keys):
             for key in keys[start:start + size]:
                 dedupe = str(uuid.uuid4())

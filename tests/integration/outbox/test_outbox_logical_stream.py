@@ -1,0 +1,137 @@
+"""The logical source's stream (actors/outbox/stream.py, stream_reader.py) on real
+PostgreSQL and Tansu: events committed come through the walsender, not a peek; what the
+stream confirms is where the slot resumes; a fenced leader's stream confirms nothing; a
+slot streams to one session at a time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from actors.leases.lock_keeper import CycleContext
+from actors.outbox import logical, stream
+from actors.outbox.logical_setup import LogicalSource
+from actors.outbox.relay import run_relay_cycle
+from actors.outbox.slot import Txn, transactions
+from actors.outbox.stream import SlotStream
+from supervision.app.daemon import open_resources, run_once
+from supervision.app.tree import relay_job
+from supervision.db.database import Fence
+from supervision.dev.kafka import KafkaServer
+from supervision.errors import InfrastructureError, LeaseLost
+from supervision.jobs import Job
+from tests.integration.outbox.test_outbox_logical import (
+    confirmed_lsn,
+    enqueue_in_transactions,
+    logical_cfg,
+    peek,
+    source,
+    topic,
+)
+from tests.integration.outbox.test_outbox_relay import outbox_by_event_id, read
+
+__all__ = ["source", "topic"]  # fixtures
+
+
+async def test_committed_events_come_through_the_stream_not_a_peek(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 events over 9 keys, committed durably: the drain hands every one on from the
+    walsender's stream (the peek that ends the cycle finds none it has not read), each
+    reaches the topic once, per key in commit order, and the slot ends past them."""
+    from_peeks: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        txns = transactions(*args, **kwargs)
+        from_peeks.extend(len(txn.inserts) for txn in txns)
+        return txns
+
+    monkeypatch.setattr(logical, "transactions", counted)
+    ids = await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
+                                        [f"k{n % 9}" for n in range(300)], True)
+    counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
+    assert counts["published"] == 300
+    assert sum(from_peeks) == 0, "every event came through the stream"
+    messages = await read(kafka_server, topic, expect=300)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    seen = [by_event[m.headers["event-id"]] for m in messages]
+    assert sorted(seen) == ids
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for m, outbox_id in zip(messages, seen, strict=True):
+        per_key[m.key or ""].append(outbox_id)
+    assert all(v == sorted(v) for v in per_key.values()), "per-key order"
+    assert await trio.to_thread.run_sync(peek, db_dsn, source) == []
+
+
+async def read_all(opened: SlotStream) -> list[Txn]:
+    """Every transaction the stream sends until it is quiet for half a second (a read
+    returns as soon as one is whole)."""
+    relations: dict[int, list[int] | None] = {}
+    txns: list[Txn] = []
+    while records := await opened.read(10_000, 0.5):
+        txns += transactions(records, 1 << 20, 0, relations)
+    return txns
+
+
+async def test_the_stream_resumes_after_what_it_confirmed(
+        db_dsn: str, source: LogicalSource, topic: str) -> None:
+    """Three transactions streamed, the first confirmed, the stream closed: a new stream
+    sends the second and the third again, not the first."""
+    first, second, third = [await trio.to_thread.run_sync(
+        enqueue_in_transactions, db_dsn, topic, ["a"], True) for _ in range(3)]
+    opened = await SlotStream.open(db_dsn, source)
+    try:
+        txns = await read_all(opened)
+        assert [[row.id for row in txn.rows] for txn in txns] == [first, second, third]
+        opened.confirm(txns[0].end_lsn)
+    finally:
+        opened.close()
+    with trio.fail_after(10):
+        while True:
+            try:
+                again = await SlotStream.open(db_dsn, source)
+                break
+            except InfrastructureError:  # the walsender is still leaving
+                await trio.sleep(0.05)
+    try:
+        txns = await read_all(again)
+        assert [[row.id for row in txn.rows] for txn in txns] == [second, third]
+    finally:
+        again.close()
+
+
+async def test_a_fenced_leaders_stream_confirms_nothing(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
+    """A cycle under a term that is not the live one streams and publishes, but its move
+    is refused by the fence before the stream is told: the slot stays where it was."""
+    await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic, ["a", "b", "c"],
+                                  True)
+    start = await trio.to_thread.run_sync(confirmed_lsn, db_dsn, source)
+    async with open_resources(logical_cfg(db_dsn, kafka_server, source)) as res:
+        job = relay_job(res)
+        assert job.stream_dsn is not None
+        ctx = attrs.evolve(CycleContext(Job.OUTBOX_RELAY, "t"), fence=Fence("outbox-relay", 99))
+        with pytest.RaisesGroup(pytest.RaisesExc(LeaseLost), flatten_subgroups=True):
+            await run_relay_cycle(job, ctx)
+    await trio.sleep(0.2)  # a status update, had one been sent, would have landed
+    assert await trio.to_thread.run_sync(confirmed_lsn, db_dsn, source) == start
+
+
+async def test_a_slot_streams_to_one_session_at_a_time(
+        db_dsn: str, source: LogicalSource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one stream is open a second is refused (after a short wait: a walsender of
+    our own may be leaving); once the first closes, the slot streams again."""
+    monkeypatch.setattr(stream, "IN_USE_WAIT", 0.3)
+    first = await SlotStream.open(db_dsn, source)
+    try:
+        with pytest.raises(InfrastructureError, match="in use"):
+            await SlotStream.open(db_dsn, source)
+    finally:
+        first.close()
+    monkeypatch.setattr(stream, "IN_USE_WAIT", 10.0)
+    second = await SlotStream.open(db_dsn, source)
+    second.close()
