@@ -1,6 +1,7 @@
 """Process and database chaos: backends terminated mid-transaction, a frozen leader fenced
 and replaced by a standby (2 and 3 daemons, no session killed by hand), `kill -9` mid-drain
-then restart, and two or three daemons at once.
+then restart, and two or three daemons at once — each run in both of the relay's sources
+(``table``, ``logical``: the relay is part of every scenario here).
 
 Covered elsewhere, not repeated here (tests/integration/app/test_shutdown.py, real processes):
 SIGTERM mid-batch exits 0 within the grace with nothing half done; a second SIGTERM stops
@@ -34,6 +35,7 @@ from tests.chaos.daemon import (
     terminate_backends,
     wait_settled,
 )
+from tests.chaos.sources import SOURCES
 from tests.faults import HttpRule, s3_object
 from tests.waiting import wait_until
 
@@ -59,6 +61,7 @@ def logged_twice(daemons: Daemons) -> int:
     return sum(1 for n in seen.values() if n > 1)
 
 
+@pytest.mark.parametrize("relay_source", SOURCES, indirect=True)
 def test_backends_terminated_mid_transaction(
         run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
         kafka_server: KafkaServer, tmp_path: Path) -> None:
@@ -69,7 +72,7 @@ def test_backends_terminated_mid_transaction(
                         deals=20, spread_s=8)
     run.begin_kafka(kafka_server.bootstrap_servers)
     cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
-                        kafka=kafka_server.bootstrap_servers,
+                        kafka=kafka_server.bootstrap_servers, source=run.source,
                         finalize={"batch_size": 50}, reaper={"batch_size": 20})
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     daemon.wait_for("batch_claimed", job="recording-finalize")
@@ -83,7 +86,8 @@ def test_backends_terminated_mid_transaction(
         time.sleep(KILL_EVERY_S)
     run.fault("pg_terminate_backend of daemon sessions inside a transaction", killed)
     run.fault("pg_terminate_backend of idle daemon sessions (lock, LISTEN, pool)", idle_kills)
-    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
+    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons,
+                 source=run.source)
     violations = run.verify(
         title="PostgreSQL backends terminated mid-transaction",
         proves="no transition commits without its outbox and realtime rows; the daemon"
@@ -117,6 +121,7 @@ LEASE_TTL_S, POLL_S = 3.0, 0.5
 
 
 @pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("relay_source", SOURCES, indirect=True)
 def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
         count: int, run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
         s3_fault: ProxyThread, kafka_server: KafkaServer, tmp_path: Path) -> None:
@@ -132,7 +137,7 @@ def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
     ttl = f"{LEASE_TTL_S:g}s"
     cfg = daemon_config(
         run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
-        kafka=kafka_server.bootstrap_servers,
+        kafka=kafka_server.bootstrap_servers, source=run.source,
         finalize={"batch_size": 25, "polling_interval": f"{POLL_S:g}s", "lock_ttl": ttl,
                   "max_run_duration": "2s"},
         reaper={"polling_interval": f"{POLL_S:g}s", "lock_ttl": ttl,
@@ -171,7 +176,8 @@ def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
         now = live_lease(run.dsn, FINALIZE)
         stale_leader += int(now is not None and now == (leader_pid, term))
     s3_fault.clear()
-    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
+    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons,
+                 source=run.source)
     fenced = sum(fenced_writes(d) for d in group)
     lease_lost = sum(d.names().count("lease_lost") for d in group)
     bound = LEASE_TTL_S + POLL_S
@@ -193,6 +199,7 @@ def test_frozen_leader_is_fenced_and_replaced_without_an_operator(
     assert violations == [], [str(v) for v in violations]
 
 
+@pytest.mark.parametrize("relay_source", SOURCES, indirect=True)
 def test_kill_9_mid_drain_then_restart_converges(
         run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
         kafka_server: KafkaServer, tmp_path: Path) -> None:
@@ -202,7 +209,8 @@ def test_kill_9_mid_drain_then_restart_converges(
                         deals=20)
     run.begin_kafka(kafka_server.bootstrap_servers)
     cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
-                        kafka=kafka_server.bootstrap_servers, finalize={"batch_size": 50})
+                        kafka=kafka_server.bootstrap_servers, source=run.source,
+                        finalize={"batch_size": 50})
     daemon = daemons.add(Daemon(tmp_path, "d1", cfg)).start()
     done_at_kill = []
     for threshold in (300, 1200):
@@ -213,7 +221,8 @@ def test_kill_9_mid_drain_then_restart_converges(
         done_at_kill.append(int(scalar(run.dsn, DONE)))
         run.fault("kill -9 of the daemon mid-drain, then restart")
         daemon.start()
-    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
+    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons,
+                 source=run.source)
     violations = run.verify(
         title="kill -9 mid-drain, then restart",
         proves="a crash loses no committed work and half-does nothing; the restarted"
@@ -224,6 +233,7 @@ def test_kill_9_mid_drain_then_restart_converges(
 
 
 @pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("relay_source", SOURCES, indirect=True)
 def test_several_daemons_at_once(
         count: int, run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
         kafka_server: KafkaServer, tmp_path: Path) -> None:
@@ -232,13 +242,14 @@ def test_several_daemons_at_once(
                         deals=20, spread_s=6)
     run.begin_kafka(kafka_server.bootstrap_servers)
     cfg = daemon_config(run.dsn, s3_url=s3_server.endpoint_url, s3=s3_server, bucket=bucket,
-                        kafka=kafka_server.bootstrap_servers, finalize={"batch_size": 50},
-                        reaper={"batch_size": 20})
+                        kafka=kafka_server.bootstrap_servers, source=run.source,
+                        finalize={"batch_size": 50}, reaper={"batch_size": 20})
     group = [daemons.add(Daemon(tmp_path, f"d{i}", cfg)) for i in range(count)]
     for daemon in group:
         daemon.start()
     run.fault(f"{count} daemons racing for the same rows", count)
-    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons)
+    wait_settled(run.dsn, relay=True, limit_s=120, daemons=daemons,
+                 source=run.source)
     leaders = {d.name: sum(1 for e in d.events() if e.get("event") == "cycle_completed")
                for d in group}
     violations = run.verify(
