@@ -87,6 +87,7 @@ def render(figures: Sequence[Mapping[str, Any]]) -> str:
         verdict = "ok" if f["violations"] == 0 else "**VIOLATED**"
         lines.append(f"| [{f['scenario']}](#{f['scenario']}) | {f['faults']} | "
                      f"{f['violations']} | {f['duration_s']} | {verdict} |")
+    lines += duplicates_table(figures)
     lines += ["", "Process faults covered by `tests/integration/app/test_shutdown.py` (real"
               " `safetynet run` processes; not repeated here, so no figures):", ""]
     lines += [f"* `{name}`: {what}" for name, what in REFERENCED]
@@ -106,6 +107,35 @@ def render(figures: Sequence[Mapping[str, Any]]) -> str:
         lines.append(f"| invariants violated | {_cell(broken) if broken else 'none'} |")
         lines.append(f"| recorded at | {f['recorded_at']} |")
     return "\n".join(lines) + "\n"
+
+
+def duplicates_table(figures: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Redeliveries per source: one row per scenario that read Kafka back, then each
+    source's totals (empty when no scenario did)."""
+    rows = [f for f in figures if isinstance(f.get("duplicates"), Mapping)]
+    if not rows:
+        return []
+    lines = [
+        "", "### Duplicates per source", "",
+        "Events Kafka holds more than once (same `event-id`) after the faults: at least once",
+        "allows them, bounded by the relay's unacknowledged window per fault",
+        "(`tests.chaos.checker.redelivery_bound`); a scenario whose copies pass the bound",
+        "fails (`duplicates_over_bound`).", "",
+        "| scenario | source | events delivered more than once | copies beyond the first"
+        " | bound |",
+        "|---|---|---|---|---|",
+    ]
+    totals: dict[str, list[int]] = {}
+    for f in rows:
+        d, source = f["duplicates"], str(f.get("source", "table"))
+        events, copies = d["events delivered more than once"], d["copies beyond the first"]
+        lines.append(f"| {f['scenario']} | {source} | {events} | {copies} | {d['bound']} |")
+        total = totals.setdefault(source, [0, 0, 0])
+        for i, value in enumerate((events, copies, d["bound"])):
+            total[i] += int(value)
+    lines += [f"| **all, {source}** | {source} | {events} | {copies} | {bound} |"
+              for source, (events, copies, bound) in sorted(totals.items())]
+    return lines
 
 
 def load(directory: Path = FIGURES) -> list[dict[str, Any]]:
