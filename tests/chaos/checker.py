@@ -4,6 +4,7 @@ set of recordings whose object is in S3) that returns every violated invariant.
 Run after the faults stopped and a quiet period. On a live database::
 
     python -m tests.chaos.checker --dsn postgresql://... [--kafka HOST:PORT] [--sla 30m]
+        [--slot SLOT [--publication PUB]]     # the relay's logical source
 
 prints one line per violation and exits 1 if there is any (0 and "ok" otherwise).
 
@@ -135,8 +136,9 @@ def check_delivery(outbox: Sequence[tuple[Any, ...]], ledger: Ledger, *,
     payload — judged from what Kafka holds, not from what the source recorded (the
     logical source writes no ``published_at``)."""
     gone = set(dead_lettered)
-    return judge_ledger([OutboxRow(*row, published=row[0] not in gone) for row in outbox],
-                        ledger)
+    return judge_ledger([OutboxRow(outbox_id, topic, key, dedupe_key, payload,
+                                   published=outbox_id not in gone)
+                         for outbox_id, topic, key, dedupe_key, payload in outbox], ledger)
 
 
 def slot_unread(ids: Sequence[int]) -> list[Violation]:
@@ -242,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slack", default="1m", help="a due row is lost only this much later")
     parser.add_argument("--no-relay", action="store_true",
                         help="the relay is not running: do not require a published outbox")
+    parser.add_argument("--slot", help="the relay reads the logical source: its slot must"
+                        " have passed every outbox insert")
+    parser.add_argument("--publication", default="safetynet_outbox",
+                        help="the logical source's publication (default safetynet_outbox)")
     args = parser.parse_args(argv)
     limits = Limits(sla_s=parse_duration(args.sla), max_attempts=args.max_attempts,
                     empty_room_grace_s=parse_duration(args.empty_room_grace),
@@ -249,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stale_live_timeout_s=parse_duration(args.stale_live_timeout),
                     slack_s=parse_duration(args.slack))
     ledger = read_ledger(args.kafka) if args.kafka else None
-    violations = check(args.dsn, ledger=ledger, limits=limits, relay=not args.no_relay)
+    slot = LogicalSource(args.slot, args.publication) if args.slot else None
+    violations = check(args.dsn, ledger=ledger, limits=limits, relay=not args.no_relay,
+                       slot=slot)
     for violation in violations:
         print(violation)
     if not violations:
