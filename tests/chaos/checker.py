@@ -73,8 +73,8 @@ INVARIANTS = (
 )
 
 __all__ = ["INVARIANTS", "Limits", "Redeliveries", "Violation", "check", "check_delivery",
-           "check_ledger", "redeliveries", "redelivery_bound", "slot_unread", "state_digest",
-           "summary"]
+           "check_ledger", "largest_transaction", "outside_windows", "redeliveries",
+           "redelivery_bound", "slot_unread", "state_digest", "summary"]
 
 
 @attrs.frozen
@@ -166,40 +166,67 @@ def redeliveries(ledger: Ledger) -> Redeliveries:
                         sum(n - 1 for n in seen.values()))
 
 
+def outside_windows(ledger: Ledger, windows: Sequence[Collection[str]]) -> list[str]:
+    """The event ids delivered more than once that no crash's unacknowledged window held:
+    an event the relay had recorded delivered (``published_at``, or passed by the slot)
+    must never go again."""
+    held = set().union(*windows) if windows else set()
+    seen: dict[str, int] = {}
+    for entry in ledger.entries:
+        if entry.event_id:
+            seen[entry.event_id] = seen.get(entry.event_id, 0) + 1
+    return sorted(eid for eid, n in seen.items() if n > 1 and eid not in held)
+
+
 # Per incident, the waves the table source can have delivered and not marked: the one on
 # the wire and the one the marker is recording (see redelivery_bound).
 TABLE_WAVES = 2
 
 
-def redelivery_bound(source: str, batch_size: int, incidents: int) -> int:
-    """The most copies beyond the first an event stream may carry after *incidents*
-    (a kill -9, a Kafka outage or blackhole, a terminated session, a fenced leader):
-    each incident can cost at most the relay's unacknowledged window, the events Kafka
-    has and the relay had not yet recorded, which a restart or a later cycle sends again.
+def redelivery_bound(source: str, batch_size: int, incidents: int,
+                     largest_txn: int = 0) -> int:
+    """What the code caps, per incident (a kill -9, a Kafka outage or blackhole, a
+    terminated session, a fenced leader), of the relay's unacknowledged window: the events
+    Kafka has and the relay had not yet recorded, which a restart or a later cycle sends
+    again. The scenarios that crash the daemon measure the window at each crash instead
+    (:meth:`tests.chaos.conftest.Run.crashed`, :func:`outside_windows`): exact, and sound
+    in both sources; this constant is the bound of the others.
 
     * ``table``: a row goes again when Kafka acknowledged it and its ``published_at`` did
       not commit. A wave is formed from the rows in hand, at most ``2 x batch_size``
       (:class:`~actors.outbox.window.InHand`); the next wave is formed only after the
       previous one was answered, and the marker records every answer queued in one
-      transaction, so a wave on the wire and a wave being marked: ``2 x 2 x batch_size``.
+      transaction: a wave on the wire and one being marked, ``2 x 2 x batch_size`` (the
+      marker's queue could hold more waves if PostgreSQL stalled it that long).
     * ``logical``: an event goes again when Kafka acknowledged it and the slot's confirmed
-      position did not pass it. Everything above the slot was read in this cycle: the
-      reader stops once :data:`~actors.outbox.logical.MAX_OPEN_FACTOR` x ``batch_size``
-      events are read and not settled, and one more peek brings at most ``batch_size``
-      more; settled events above the slot (a later transaction settled while an earlier
-      one waits) and the rows in hand are among those read:
-      ``(MAX_OPEN_FACTOR + 1) x batch_size``. The one case it does not cover: a single
-      key held back (its event in a back-off) while the others go on lets events settle
-      above the slot until the cycle ends (``max_run_duration``); the chaos faults fail
-      whole waves, so they do not.
-
-    An upper bound, not a prediction: the scenarios' observed copies are far below it.
+      position did not pass it. The reader stops once
+      :data:`~actors.outbox.logical.MAX_OPEN_FACTOR` x ``batch_size`` events are read and
+      not settled, one more peek brings at most ``batch_size`` more or one whole
+      transaction (*largest_txn*: the most outbox rows one transaction inserted; the slot
+      passes a transaction only once all its events are settled):
+      ``(MAX_OPEN_FACTOR + 1) x batch_size + largest_txn``. The code does not cap the
+      events *settled* above the slot: while the oldest transaction read waits (a key
+      whose events go one wave at a time, a back-off), later ones settle and the reader
+      goes on, until the cycle ends; a crash then sends all of them again (the relay's
+      memory of them is gone). The kill scenarios measure several times this constant
+      after a crash mid-drain; the others, whose faults end a cycle without a crash (the
+      relay remembers what it settled), stay far below it.
     """
     if source == "table":
         per_incident = TABLE_WAVES * 2 * batch_size
     else:
-        per_incident = (MAX_OPEN_FACTOR + 1) * batch_size
+        per_incident = (MAX_OPEN_FACTOR + 1) * batch_size + largest_txn
     return incidents * per_incident
+
+
+def largest_transaction(dsn: str) -> int:
+    """The most outbox rows one transaction inserted (rows the logical source never
+    updates keep their inserting transaction id)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n"
+                           " FROM messenger.integration_outbox GROUP BY xmin::text) t"
+                           ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def summary(violations: Sequence[Violation]) -> dict[str, int]:

@@ -24,6 +24,8 @@ from tests.chaos.checker import (
     Limits,
     Violation,
     check,
+    largest_transaction,
+    outside_windows,
     redeliveries,
     redelivery_bound,
     summary,
@@ -31,7 +33,12 @@ from tests.chaos.checker import (
 from tests.chaos.daemon import RELAY_BATCH, Daemons, ProxyThread, scalar
 from tests.chaos.ledger import Offsets, end_offsets, read_ledger
 from tests.chaos.report import DOC, load, record, render, write_atomic
-from tests.chaos.sources import RelaySource, close_source, open_source
+from tests.chaos.sources import (
+    RelaySource,
+    close_source,
+    open_source,
+    undelivered_event_ids,
+)
 
 # the limits of tests.chaos.daemon.daemon_config, for the checker
 LIMITS = Limits(sla_s=0, max_attempts=8, empty_room_grace_s=5, provision_timeout_s=5,
@@ -129,10 +136,23 @@ class Run:
     since: Offsets | None = None
     source: RelaySource = attrs.field(factory=RelaySource)
     relay_batch: int = RELAY_BATCH  # the daemons' [outbox_relay] batch_size
+    # per crash: the event ids Kafka had and the relay had not recorded (None: not measured)
+    windows: list[set[str]] | None = None
 
     def begin_kafka(self, bootstrap: str) -> None:
         self.kafka = bootstrap
         self.since = end_offsets(bootstrap)
+
+    def crashed(self) -> int:
+        """Right after a kill -9 (before the restart): measure the unacknowledged window,
+        the events Kafka has that the relay had not recorded delivered (``published_at``;
+        the slot's position), which the restart may send again; its size."""
+        assert self.kafka is not None, "begin_kafka first"
+        pending = set(undelivered_event_ids(self.dsn, self.source))
+        on_kafka = read_ledger(self.kafka, since=self.since, limit_s=30).event_ids()
+        window = pending & on_kafka
+        self.windows = [*(self.windows or []), window]
+        return len(window)
 
     def fault(self, what: str, count: int = 1) -> None:
         self.faults += count
@@ -161,12 +181,19 @@ class Run:
         rows = {name: int(scalar(self.dsn, query)) for name, query in _ROW_FIGURES.items()}
         if ledger is not None:
             again = redeliveries(ledger)
-            bound = redelivery_bound(self.source.name, self.relay_batch, self.faults)
+            largest = largest_transaction(self.dsn) if self.source.logical else 0
+            bound = redelivery_bound(self.source.name, self.relay_batch, self.faults,
+                                     largest)
+            if self.windows is not None:  # measured at each crash: the exact window
+                bound = sum(len(w) for w in self.windows)
+                outside = outside_windows(ledger, self.windows)
+                checks["duplicate_outside_window"] = len(outside)
+                extra["crash_windows"] = [len(w) for w in self.windows]
             rows["kafka messages read"] = len(ledger.entries)
             rows["kafka redeliveries"] = again.copies
             extra["duplicates"] = {"events delivered more than once": again.events,
                                    "copies beyond the first": again.copies,
-                                   "bound": bound}
+                                   "bound": bound, "largest transaction": largest}
             if relay:
                 checks["duplicates_over_bound"] = int(again.copies > bound)
         invariants.update(checks)

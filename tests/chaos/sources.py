@@ -24,6 +24,7 @@ import attrs
 import psycopg
 
 from actors.audit.queries import AUDIT_QUERIES
+from actors.envelope import event_id
 from actors.outbox.handover import write_source
 from actors.outbox.logical_setup import (
     LogicalSource,
@@ -34,7 +35,8 @@ from actors.outbox.slot import transactions
 from actors.outbox.slot_io import peek_slot
 from supervision.errors import InfrastructureError
 
-__all__ = ["SOURCES", "RelaySource", "close_source", "open_source", "unread", "waiting"]
+__all__ = ["SOURCES", "RelaySource", "backlog", "close_source", "moved", "open_source",
+           "undelivered_event_ids", "unread", "waiting"]
 
 SOURCES = ("table", "logical")
 PEEK_TRIES = 50  # the relay holds the slot for one short call at a time
@@ -116,3 +118,36 @@ def unread(dsn: str, source: RelaySource) -> list[int]:
             continue
         return [row.id for txn in transactions(records, 1 << 30) for row in txn.rows]
     raise AssertionError("unreachable")
+
+
+def moved(dsn: str, source: RelaySource) -> int:
+    """A figure that changes whenever the relay records progress: the rows with
+    ``published_at`` (table), the slot's confirmed position (logical)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if source.logical is None:
+            row = conn.execute("SELECT count(*) FROM messenger.integration_outbox"
+                               " WHERE published_at IS NOT NULL").fetchone()
+        else:
+            row = conn.execute("SELECT coalesce(confirmed_flush_lsn - '0/0', 0)"
+                               " FROM pg_replication_slots WHERE slot_name = %s",
+                               (source.logical.slot,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def backlog(dsn: str, source: RelaySource) -> int:
+    """Events the relay has not recorded delivered yet: rows without ``published_at``
+    (table), inserts past the slot's confirmed position (logical)."""
+    return waiting(dsn, source) if source.logical is None else len(unread(dsn, source))
+
+
+def undelivered_event_ids(dsn: str, source: RelaySource) -> list[str]:
+    """The event ids the relay has not recorded delivered: rows without ``published_at``
+    (table), inserts past the slot's confirmed position (logical)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if source.logical is None:
+            rows = conn.execute("SELECT topic, dedupe_key FROM messenger.integration_outbox"
+                                " WHERE published_at IS NULL").fetchall()
+        else:
+            rows = conn.execute("SELECT topic, dedupe_key FROM messenger.integration_outbox"
+                                " WHERE id = ANY(%s)", (unread(dsn, source),)).fetchall()
+    return [event_id(topic, dedupe) for topic, dedupe in rows]

@@ -25,6 +25,7 @@ from tests.chaos.checker import (
     Violation,
     check,
     check_delivery,
+    outside_windows,
     redeliveries,
     redelivery_bound,
     slot_unread,
@@ -291,9 +292,23 @@ def test_the_duplicate_bound_grows_with_incidents_and_the_logical_window() -> No
     assert redelivery_bound("table", 50, 1) == 200  # two waves of up to 2 x batch_size
     assert redelivery_bound("logical", 50, 1) == 450  # (MAX_OPEN_FACTOR + 1) x batch_size
     assert redelivery_bound("logical", 50, 3) == 3 * redelivery_bound("logical", 50, 1)
+    # a transaction's events are passed together: the largest one widens the window
+    assert redelivery_bound("logical", 50, 2, largest_txn=300) == 2 * (450 + 300)
+    assert redelivery_bound("table", 50, 2, largest_txn=300) == 400
 
 
 def test_an_insert_the_slot_has_not_passed_is_a_violation() -> None:
     assert slot_unread([]) == []
     assert [(v.invariant, v.subject) for v in slot_unread([7, 9])] == [
         ("slot_unread", "7"), ("slot_unread", "9")]
+
+
+def test_a_duplicate_no_crash_window_held_is_reported() -> None:
+    """An event sent again must have been in a crash's window (on Kafka, not recorded
+    delivered); one the relay had recorded going again is reported."""
+    rows = outbox_rows("a", "b", "c")
+    ledger = delivered(rows, 1, 2, 3, 2, 3)
+    two, three = event_id(TOPIC, "conf-2"), event_id(TOPIC, "conf-3")
+    assert outside_windows(ledger, [{two}, {three}]) == []
+    assert outside_windows(ledger, [{two}]) == [three]
+    assert outside_windows(ledger, []) == sorted([two, three])
