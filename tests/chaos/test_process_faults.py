@@ -240,7 +240,7 @@ def test_kill_9_mid_drain_then_restart_converges(
 RELAY_BACKLOG = 3000  # Available recordings whose events wait in the outbox
 RELAY_KILLS = 4
 DRAIN_BATCH = 10  # the relay's batch_size here: small waves, so the drain lasts ...
-DRAIN_LATENCY_S = 0.05  # ... with every broker answer 50 ms late (the fault proxy)
+DRAIN_LATENCY_S = 0.1  # ... with every broker answer 100 ms late (the fault proxy)
 
 
 @pytest.mark.parametrize("relay_source", SOURCES, indirect=True)
@@ -249,7 +249,7 @@ def test_kill_9_while_the_relay_drains_loses_nothing(
         kafka_via_proxy: ProxiedKafka, tmp_path: Path) -> None:
     """A backlog of 3,200 events (3,000 recordings, 200 conferences on 10 deal keys)
     written with the relay off; then the relay drains it in small waves (batch 10, each
-    broker answer 50 ms late) and the daemon is SIGKILLed four times, each at a random
+    broker answer 100 ms late) and the daemon is SIGKILLed four times, each at a random
     moment (seeded) once the relay recorded progress since its restart, and restarted.
     Every event reaches Kafka, per key in order; what goes again is only what Kafka had
     and the relay had not recorded at a crash (each window measured)."""
