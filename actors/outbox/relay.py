@@ -175,13 +175,18 @@ async def relay_idle(job: RelayJob) -> bool:
     """The relay's idle probe (:attr:`LockedJob.idle`): True when a cycle would have
     nothing to do — the producer is started, retention is not due, and no row waits to
     be published (one unlocked read on the pool, no lease). In the logical source: no
-    event read and unsettled, no outbox id above the highest one read, and the slot
-    holds back less than :data:`IDLE_WAL_BYTES` of WAL (past that a cycle moves it)."""
+    event read and unsettled, how far the slot passed recorded (a cycle that published
+    records it at most every ``RECORD_EVERY`` seconds: one quiet cycle more records it,
+    or the auditor and ``status`` would count the last events as unpublished while the
+    outbox is idle), no outbox id above the highest one read, and the slot holds back
+    less than :data:`IDLE_WAL_BYTES` of WAL (past that a cycle moves it)."""
     if not job.producer.started or trio.current_time() >= job.state.retention_due_at:
         return False
     if job.cfg.source == "logical":
         progress = job.state.slot
         if progress.settled or progress.open_events:
+            return False
+        if progress.passed_xid is not None and progress.passed_xid != progress.recorded_xid:
             return False
         return bool(await job.db.run(slot_idle, source_of(job.cfg), progress.max_id,
                                      IDLE_WAL_BYTES))

@@ -4,6 +4,7 @@ set of recordings whose object is in S3) that returns every violated invariant.
 Run after the faults stopped and a quiet period. On a live database::
 
     python -m tests.chaos.checker --dsn postgresql://... [--kafka HOST:PORT] [--sla 30m]
+        [--slot SLOT [--publication PUB]]     # the relay's logical source
 
 prints one line per violation and exits 1 if there is any (0 and "ok" otherwise).
 
@@ -19,7 +20,11 @@ Invariants (the names are what a violation's ``invariant`` says):
   due for a reaper phase still Provisioning/Active), ``missing_outbox`` (Available
   recording / Ended-by-reaper conference without its integration row),
   ``missing_realtime`` (terminal without its realtime row), ``unpublished``,
-  ``not_in_ledger`` (a published event id the Kafka ledger never saw).
+  ``not_in_ledger`` (an event the Kafka ledger never saw: with the relay running, every
+  outbox row but a dead letter, whatever its source recorded — the read-back is the
+  truth for both sources; without it, the rows with ``published_at``), ``slot_unread``
+  (logical source: an outbox insert the slot's confirmed position has not passed once
+  the relay is quiet).
 * duplicated: ``duplicate_outbox`` (> 1 row per topic + dedupe key),
   ``duplicate_realtime`` (> 1 realtime row per terminal recording/conference),
   ``unexpected_outbox`` (an event for a recording/conference not in the state it
@@ -30,6 +35,9 @@ Invariants (the names are what a violation's ``invariant`` says):
 * bounded: ``attempts_exceeded`` (attempts > max_attempts), ``quarantine_early``
   (quarantined for an s3 error with attempts != max_attempts), ``order`` (per topic + key,
   the first delivery of each event is not in outbox-id order).
+
+Duplicates are not a violation (at least once): :func:`redeliveries` counts them from the
+ledger and :func:`redelivery_bound` is what a scenario's incidents allow.
 
 ``state_digest(dsn)`` fingerprints every row the jobs may touch, for the "403 / missing
 bucket mutate nothing and consume no attempt" invariant: compare before and after.
@@ -49,8 +57,11 @@ import psycopg
 from actors.audit.invariants import Invariant, Thresholds, Violation, failed_sample, judge_database
 from actors.audit.ledger import OutboxRow
 from actors.audit.ledger import check_ledger as judge_ledger
+from actors.outbox.logical import MAX_OPEN_FACTOR
+from actors.outbox.logical_setup import LogicalSource
 from supervision.durations import parse_duration
 from tests.chaos.ledger import Ledger, read_ledger
+from tests.chaos.sources import RelaySource, unread
 
 # The chaos contract's invariants (the shipped auditor's, less not_quarantined, which needs
 # the jobs' cycle bound the chaos limits do not carry).
@@ -58,11 +69,12 @@ INVARIANTS = (
     "lost_recording", "lost_conference", "missing_outbox", "missing_realtime", "unpublished",
     "not_in_ledger", "duplicate_outbox", "duplicate_realtime", "unexpected_outbox",
     "ledger_inconsistent", "unknown_event", "failed_with_object", "attempts_exceeded",
-    "quarantine_early", "order",
+    "quarantine_early", "order", "slot_unread",
 )
 
-__all__ = ["INVARIANTS", "Limits", "Violation", "check", "check_ledger", "state_digest",
-           "summary"]
+__all__ = ["INVARIANTS", "Limits", "Redeliveries", "Violation", "check", "check_delivery",
+           "check_ledger", "largest_transaction", "outside_windows", "redeliveries",
+           "redelivery_bound", "slot_unread", "state_digest", "summary"]
 
 
 @attrs.frozen
@@ -82,10 +94,12 @@ class Limits:
 
 
 def check(dsn: str, *, ledger: Ledger | None = None, uploaded: Collection[str] | None = None,
-          limits: Limits | None = None, relay: bool = True) -> list[Violation]:
+          limits: Limits | None = None, relay: bool = True,
+          slot: LogicalSource | None = None) -> list[Violation]:
     """Every violated invariant. *ledger*: what a consumer read from Kafka (omit when the
     broker lost data, e.g. after a Tansu restart); *uploaded*: recording ids whose object
-    is in S3; *relay*: whether the outbox must be fully published."""
+    is in S3; *relay*: whether the outbox must be fully delivered; *slot*: the logical
+    source's slot, which must have passed every outbox insert."""
     th = (limits or Limits()).thresholds()
     with psycopg.connect(dsn, autocommit=True) as conn:
         out = [v for v in judge_database(conn, th)
@@ -97,11 +111,15 @@ def check(dsn: str, *, ledger: Ledger | None = None, uploaded: Collection[str] |
         outbox = conn.execute("SELECT id, topic, message_key, dedupe_key, payload,"
                               " published_at IS NOT NULL FROM messenger.integration_outbox"
                               " ORDER BY id").fetchall()
-        subjects = {str(r[0]) for r in conn.execute(
-            "SELECT id FROM messenger.call_recordings UNION ALL"
-            " SELECT id FROM messenger.conference_sessions")} if ledger is not None else set()
+        dead = {int(r[0]) for r in conn.execute(
+            "SELECT outbox_id FROM safetynet.outbox_dead_letters")}
     if ledger is not None:
-        out += check_ledger(outbox, ledger.about(subjects))
+        if relay:
+            out += check_delivery([row[:5] for row in outbox], ledger, dead_lettered=dead)
+        else:
+            out += check_ledger(outbox, ledger)
+    if slot is not None and relay:
+        out += slot_unread(unread(dsn, RelaySource("logical", slot)))
     return out
 
 
@@ -109,6 +127,106 @@ def check_ledger(outbox: Sequence[tuple[Any, ...]], ledger: Ledger) -> list[Viol
     """The ledger against the outbox rows (id, topic, key, dedupe_key, payload, published):
     the shipped auditor's judgement."""
     return judge_ledger([OutboxRow(*row) for row in outbox], ledger)
+
+
+def check_delivery(outbox: Sequence[tuple[Any, ...]], ledger: Ledger, *,
+                   dead_lettered: Collection[int] = ()) -> list[Violation]:
+    """Every outbox row (id, topic, key, dedupe_key, payload) but a dead letter delivered
+    at least once, per key in outbox-id order, each event id with its row's topic, key and
+    payload — judged from what Kafka holds, not from what the source recorded (the
+    logical source writes no ``published_at``)."""
+    gone = set(dead_lettered)
+    return judge_ledger([OutboxRow(outbox_id, topic, key, dedupe_key, payload,
+                                   published=outbox_id not in gone)
+                         for outbox_id, topic, key, dedupe_key, payload in outbox], ledger)
+
+
+def slot_unread(ids: Sequence[int]) -> list[Violation]:
+    """One ``slot_unread`` violation per outbox insert the slot has not passed."""
+    return [Violation("slot_unread", str(outbox_id), "past the slot's confirmed position")
+            for outbox_id in ids]
+
+
+@attrs.frozen
+class Redeliveries:
+    """Deliveries of an event id beyond its first (at least once allows them)."""
+
+    events: int  # event ids delivered more than once
+    copies: int  # deliveries beyond each event's first
+
+
+def redeliveries(ledger: Ledger) -> Redeliveries:
+    """How many events the ledger holds more than once (same ``event-id`` header), and
+    how many copies beyond the first in all."""
+    seen: dict[str, int] = {}
+    for entry in ledger.entries:
+        if entry.event_id:
+            seen[entry.event_id] = seen.get(entry.event_id, 0) + 1
+    return Redeliveries(sum(1 for n in seen.values() if n > 1),
+                        sum(n - 1 for n in seen.values()))
+
+
+def outside_windows(ledger: Ledger, windows: Sequence[Collection[str]]) -> list[str]:
+    """The event ids delivered more than once that no crash's unacknowledged window held:
+    an event the relay had recorded delivered (``published_at``, or passed by the slot)
+    must never go again."""
+    held = set().union(*windows) if windows else set()
+    seen: dict[str, int] = {}
+    for entry in ledger.entries:
+        if entry.event_id:
+            seen[entry.event_id] = seen.get(entry.event_id, 0) + 1
+    return sorted(eid for eid, n in seen.items() if n > 1 and eid not in held)
+
+
+# Per incident, the waves the table source can have delivered and not marked: the one on
+# the wire and the one the marker is recording (see redelivery_bound).
+TABLE_WAVES = 2
+
+
+def redelivery_bound(source: str, batch_size: int, incidents: int,
+                     largest_txn: int = 0) -> int:
+    """What the code caps, per incident (a kill -9, a Kafka outage or blackhole, a
+    terminated session, a fenced leader), of the relay's unacknowledged window: the events
+    Kafka has and the relay had not yet recorded, which a restart or a later cycle sends
+    again. The scenarios that crash the daemon measure the window at each crash instead
+    (:meth:`tests.chaos.conftest.Run.crashed`, :func:`outside_windows`): exact, and sound
+    in both sources; this constant is the bound of the others.
+
+    * ``table``: a row goes again when Kafka acknowledged it and its ``published_at`` did
+      not commit. A wave is formed from the rows in hand, at most ``2 x batch_size``
+      (:class:`~actors.outbox.window.InHand`); the next wave is formed only after the
+      previous one was answered, and the marker records every answer queued in one
+      transaction: a wave on the wire and one being marked, ``2 x 2 x batch_size`` (the
+      marker's queue could hold more waves if PostgreSQL stalled it that long).
+    * ``logical``: an event goes again when Kafka acknowledged it and the slot's confirmed
+      position did not pass it. The reader stops once
+      :data:`~actors.outbox.logical.MAX_OPEN_FACTOR` x ``batch_size`` events are read and
+      not settled, one more peek brings at most ``batch_size`` more or one whole
+      transaction (*largest_txn*: the most outbox rows one transaction inserted; the slot
+      passes a transaction only once all its events are settled):
+      ``(MAX_OPEN_FACTOR + 1) x batch_size + largest_txn``. The code does not cap the
+      events *settled* above the slot: while the oldest transaction read waits (a key
+      whose events go one wave at a time, a back-off), later ones settle and the reader
+      goes on, until the cycle ends; a crash then sends all of them again (the relay's
+      memory of them is gone). The kill scenarios measure several times this constant
+      after a crash mid-drain; the others, whose faults end a cycle without a crash (the
+      relay remembers what it settled), stay far below it.
+    """
+    if source == "table":
+        per_incident = TABLE_WAVES * 2 * batch_size
+    else:
+        per_incident = (MAX_OPEN_FACTOR + 1) * batch_size + largest_txn
+    return incidents * per_incident
+
+
+def largest_transaction(dsn: str) -> int:
+    """The most outbox rows one transaction inserted (rows the logical source never
+    updates keep their inserting transaction id)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n"
+                           " FROM messenger.integration_outbox GROUP BY xmin::text) t"
+                           ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def summary(violations: Sequence[Violation]) -> dict[str, int]:
@@ -153,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slack", default="1m", help="a due row is lost only this much later")
     parser.add_argument("--no-relay", action="store_true",
                         help="the relay is not running: do not require a published outbox")
+    parser.add_argument("--slot", help="the relay reads the logical source: its slot must"
+                        " have passed every outbox insert")
+    parser.add_argument("--publication", default="safetynet_outbox",
+                        help="the logical source's publication (default safetynet_outbox)")
     args = parser.parse_args(argv)
     limits = Limits(sla_s=parse_duration(args.sla), max_attempts=args.max_attempts,
                     empty_room_grace_s=parse_duration(args.empty_room_grace),
@@ -160,7 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stale_live_timeout_s=parse_duration(args.stale_live_timeout),
                     slack_s=parse_duration(args.slack))
     ledger = read_ledger(args.kafka) if args.kafka else None
-    violations = check(args.dsn, ledger=ledger, limits=limits, relay=not args.no_relay)
+    slot = LogicalSource(args.slot, args.publication) if args.slot else None
+    violations = check(args.dsn, ledger=ledger, limits=limits, relay=not args.no_relay,
+                       slot=slot)
     for violation in violations:
         print(violation)
     if not violations:

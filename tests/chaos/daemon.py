@@ -29,6 +29,7 @@ from supervision.app.queries import ALL_QUERIES
 from supervision.dev.ports import free_ports
 from supervision.dev.s3 import S3Server
 from supervision.dev.uploads import Upload, object_headers
+from tests.chaos.sources import RelaySource, unread, waiting
 from tests.faults import FaultProxy
 from tests.logscan import KNOWN_SECRETS, leaks
 from tests.waiting import wait_until
@@ -36,6 +37,7 @@ from tests.waiting import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "call-recordings/"
 MAX_ATTEMPTS = 8
+RELAY_BATCH = 50  # the relay's batch_size: many waves per drain, a tight duplicate bound
 _T = TypeVar("_T")
 
 
@@ -44,11 +46,12 @@ _T = TypeVar("_T")
 
 def daemon_config(dsn: str, *, s3_url: str, s3: S3Server, bucket: str,
                   kafka: str | None = None, relay: bool | None = None,
-                  finalize: dict[str, Any] | None = None,
+                  source: RelaySource | None = None, finalize: dict[str, Any] | None = None,
                   reaper: dict[str, Any] | bool = True, s3_timeout: str = "2s",
                   **sections: dict[str, Any]) -> dict[str, Any]:
     """Short intervals (as the demo's supervision/dev/demo.toml), SLA 0, fast back-off;
-    the relay runs only when a Kafka address is given (or *relay* says so)."""
+    the relay runs only when a Kafka address is given (or *relay* says so), reading
+    *source* (default: the table)."""
     creds = s3.credentials
     rf: dict[str, Any] = {"polling_interval": "1s", "batch_size": 100,
                           "finalize_sla_timeout": "0s", "backoff_base": "200ms",
@@ -69,7 +72,8 @@ def daemon_config(dsn: str, *, s3_url: str, s3: S3Server, bucket: str,
         "kafka": {"bootstrap_servers": kafka or "127.0.0.1:1"},
         "jobs": {"recording_finalize": rf, "conference_reaper": cr},
         "outbox_relay": {"enabled": bool(kafka) if relay is None else relay,
-                         "poll_interval": "300ms"},
+                         "poll_interval": "300ms", "batch_size": RELAY_BATCH,
+                         **(source or RelaySource()).settings()},
         "supervision": {"shutdown_grace": "5s", "max_restarts": 50, "restart_window": "60s"},
         "logging": {"format": "json", "level": "info"},
     }
@@ -243,26 +247,32 @@ PENDING = ("SELECT count(*) FROM messenger.recording_finalize_attempts"
            " WHERE status = 'Pending'")
 ACTIVE_DUE = ("SELECT count(*) FROM messenger.conference_sessions"
               " WHERE status IN ('Provisioning', 'Active')")
-UNPUBLISHED = "SELECT count(*) FROM messenger.integration_outbox WHERE published_at IS NULL"
 
 
-def settled(dsn: str, *, relay: bool) -> bool:
+def settled(dsn: str, *, relay: bool, source: RelaySource | None = None) -> bool:
+    """No finalize row Pending, no seeded conference active, and (with a relay) every
+    event delivered as the source records it; for the logical source also nothing left
+    unread past the slot (peeked only once the rest holds)."""
     work = int(scalar(dsn, PENDING)) + int(scalar(dsn, ACTIVE_DUE))
-    return work == 0 and (not relay or int(scalar(dsn, UNPUBLISHED)) == 0)
+    if work or not relay:
+        return work == 0
+    source = source or RelaySource()
+    if waiting(dsn, source):
+        return False
+    return source.logical is None or not unread(dsn, source)
 
 
-def wait_settled(dsn: str, *, relay: bool, limit_s: float, daemons: Daemons | None = None
-                 ) -> float:
-    """Wait until no finalize row is Pending, no seeded conference is active, and (with a
-    relay) nothing is unpublished; the seconds it took."""
+def wait_settled(dsn: str, *, relay: bool, limit_s: float, daemons: Daemons | None = None,
+                 source: RelaySource | None = None) -> float:
+    """Wait until :func:`settled`; the seconds it took."""
     start = time.monotonic()
-    while not settled(dsn, relay=relay):
+    while not settled(dsn, relay=relay, source=source):
         if time.monotonic() - start > limit_s:
             tails = "\n".join(d.tail(1500) for d in (daemons.all if daemons else []))
             raise AssertionError(
                 f"not settled after {limit_s}s: pending={scalar(dsn, PENDING)} "
-                f"active={scalar(dsn, ACTIVE_DUE)} unpublished={scalar(dsn, UNPUBLISHED)}"
-                f"\n{tails}")
+                f"active={scalar(dsn, ACTIVE_DUE)}"
+                f" undelivered={waiting(dsn, source or RelaySource())}\n{tails}")
         time.sleep(0.2)
     return time.monotonic() - start
 

@@ -2,7 +2,9 @@
 corruption is planted (in the database, or in a copy of the ledger) and the checker — the
 function and `python -m tests.chaos.checker` — must report every one of them; so must the
 shipped `safetynet audit` (exit 2, --json; its S3 HEADs find the Failed-with-object one),
-which finds nothing on the converged database (exit 0, also with --kafka)."""
+which finds nothing on the converged database (exit 0, also with --kafka). The delivery
+judgement both relay sources share (the Kafka read-back, redeliveries and their bound) is
+checked on hand-made ledgers, without servers."""
 
 from __future__ import annotations
 
@@ -19,7 +21,16 @@ import pytest
 from actors.envelope import TOPIC_CONFERENCE_ENDED, TOPIC_RECORDING_AVAILABLE, event_id
 from supervision.dev.kafka import KafkaServer
 from supervision.dev.s3 import S3Server
-from tests.chaos.checker import Violation, check, summary
+from tests.chaos.checker import (
+    Violation,
+    check,
+    check_delivery,
+    outside_windows,
+    redeliveries,
+    redelivery_bound,
+    slot_unread,
+    summary,
+)
 from tests.chaos.conftest import LIMITS, Run
 from tests.chaos.daemon import (
     ROOT,
@@ -31,7 +42,7 @@ from tests.chaos.daemon import (
     seed,
     wait_settled,
 )
-from tests.chaos.ledger import Ledger, read_ledger
+from tests.chaos.ledger import Entry, Ledger, read_ledger
 from tests.chaos.report import record
 
 pytestmark = pytest.mark.chaos
@@ -60,7 +71,13 @@ def test_checker_reports_every_planted_corruption(
     with psycopg.connect(dsn, autocommit=True) as conn:
         expect = [event_id(t, d) for t, d in conn.execute(
             "SELECT topic, dedupe_key FROM messenger.integration_outbox").fetchall()]
-    ledger = read_ledger(kafka_server.bootstrap_servers, expect=expect, since=run.since)
+        subjects = {str(r[0]) for r in conn.execute(
+            "SELECT id FROM messenger.call_recordings UNION ALL"
+            " SELECT id FROM messenger.conference_sessions")}
+    # this test's events only (as Run.verify reads them): the session's broker carries the
+    # earlier tests' too, and Tansu may answer a stale end offset for where they end
+    ledger = read_ledger(kafka_server.bootstrap_servers, expect=expect,
+                         since=run.since).about(subjects)
     clean = check(dsn, ledger=ledger, uploaded=run.uploaded, limits=LIMITS)
     assert clean == []
     clean_cli = cli(dsn)
@@ -208,3 +225,90 @@ def corrupt_ledger(ledger: Ledger, dsn: str) -> tuple[Ledger, dict[str, str]]:
 
 def test_violation_prints_its_invariant_first() -> None:
     assert str(Violation("order", "t/k", "[2, 1]")) == "order: t/k [2, 1]"
+
+
+# ------------------------------------------------------------------ delivery, pure
+
+TOPIC = TOPIC_CONFERENCE_ENDED
+
+
+def outbox_rows(*keys: str) -> list[tuple[object, ...]]:
+    """Outbox rows (id, topic, key, dedupe_key, payload), ids 1.. in order, as the logical
+    source leaves them: no published_at anywhere."""
+    return [(n, TOPIC, key, f"conf-{n}", {"ConferenceId": f"conf-{n}"})
+            for n, key in enumerate(keys, start=1)]
+
+
+def delivered(rows: list[tuple[object, ...]], *order: int) -> Ledger:
+    """A ledger holding the rows of outbox ids *order*, in that offset order."""
+    by_id = {row[0]: row for row in rows}
+    return Ledger([Entry(TOPIC, 0, offset, str(by_id[oid][2]),
+                         event_id(TOPIC, str(by_id[oid][3])), by_id[oid][4])
+                   for offset, oid in enumerate(order)])
+
+
+def test_every_row_delivered_once_is_clean_and_counts_no_duplicate() -> None:
+    rows = outbox_rows("a", "b", "a")
+    ledger = delivered(rows, 1, 2, 3)
+    assert check_delivery(rows, ledger) == []
+    assert (redeliveries(ledger).events, redeliveries(ledger).copies) == (0, 0)
+
+
+def test_an_event_delivered_twice_is_counted_and_not_a_violation() -> None:
+    rows = outbox_rows("a", "b", "a")
+    ledger = delivered(rows, 1, 2, 1, 3, 2, 1)  # a crash resent 1 and 2; 1 once more
+    again = redeliveries(ledger)
+    assert (again.events, again.copies) == (2, 3)
+    assert check_delivery(rows, ledger) == []  # at least once: duplicates are allowed
+
+
+def test_a_row_missing_from_kafka_is_a_violation_whatever_the_source_recorded() -> None:
+    rows = outbox_rows("a", "b", "c")
+    found = check_delivery(rows, delivered(rows, 1, 3))
+    assert [(v.invariant, v.subject) for v in found] == [
+        ("not_in_ledger", event_id(TOPIC, "conf-2"))]
+
+
+def test_a_dead_lettered_row_need_not_be_on_kafka() -> None:
+    rows = outbox_rows("a", "b", "c")
+    assert check_delivery(rows, delivered(rows, 1, 3), dead_lettered=[2]) == []
+
+
+def test_a_key_whose_first_deliveries_are_out_of_id_order_is_a_violation() -> None:
+    rows = outbox_rows("a", "b", "a")
+    found = check_delivery(rows, delivered(rows, 3, 2, 1))
+    assert [(v.invariant, v.subject) for v in found] == [("order", f"{TOPIC}/a")]
+
+
+def test_a_redelivery_after_a_later_event_of_its_key_keeps_the_order() -> None:
+    """Per key, the first occurrence of each event counts: 1, 3, then 1 again (a crash
+    resent it) is in order."""
+    rows = outbox_rows("a", "b", "a")
+    assert check_delivery(rows, delivered(rows, 1, 2, 3, 1)) == []
+
+
+def test_the_duplicate_bound_grows_with_incidents_and_the_logical_window() -> None:
+    assert redelivery_bound("table", 50, 0) == redelivery_bound("logical", 50, 0) == 0
+    assert redelivery_bound("table", 50, 1) == 200  # two waves of up to 2 x batch_size
+    assert redelivery_bound("logical", 50, 1) == 450  # (MAX_OPEN_FACTOR + 1) x batch_size
+    assert redelivery_bound("logical", 50, 3) == 3 * redelivery_bound("logical", 50, 1)
+    # a transaction's events are passed together: the largest one widens the window
+    assert redelivery_bound("logical", 50, 2, largest_txn=300) == 2 * (450 + 300)
+    assert redelivery_bound("table", 50, 2, largest_txn=300) == 400
+
+
+def test_an_insert_the_slot_has_not_passed_is_a_violation() -> None:
+    assert slot_unread([]) == []
+    assert [(v.invariant, v.subject) for v in slot_unread([7, 9])] == [
+        ("slot_unread", "7"), ("slot_unread", "9")]
+
+
+def test_a_duplicate_no_crash_window_held_is_reported() -> None:
+    """An event sent again must have been in a crash's window (on Kafka, not recorded
+    delivered); one the relay had recorded going again is reported."""
+    rows = outbox_rows("a", "b", "c")
+    ledger = delivered(rows, 1, 2, 3, 2, 3)
+    two, three = event_id(TOPIC, "conf-2"), event_id(TOPIC, "conf-3")
+    assert outside_windows(ledger, [{two}, {three}]) == []
+    assert outside_windows(ledger, [{two}]) == [three]
+    assert outside_windows(ledger, []) == sorted([two, three])

@@ -11,7 +11,8 @@ once settled, and ``safetynet audit --kafka`` with no age bounds exits 0 with no
 run; the rows scale with the seconds, so a shorter soak keeps the same rates (50
 recordings and 8.3 conferences falling due a second, a fault every 0.5 to 2 s): ``make test``
 runs 30 s, ``make reliability-report`` the full 60 s. The figures go to
-``build/reliability/soak-seed<N>.json``.
+``build/reliability/soak-seed<N>-<source>.json``: the soak runs in both of the relay's
+sources (``table``, ``logical``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tests.chaos.daemon import (
     terminate_backends,
     wait_settled,
 )
+from tests.chaos.sources import SOURCES
 from tests.chaos.test_process_faults import logged_twice
 from tests.chaos.test_s3_faults import every_other_object_head
 from tests.faults import SLOW_DOWN, HttpRule, s3_object
@@ -57,6 +59,7 @@ DEFAULT_SECONDS = 60.0
 LATENESS = {str(Invariant.LOST_RECORDING), str(Invariant.LOST_CONFERENCE)}
 
 
+@pytest.mark.parametrize("relay_source", SOURCES, indirect=True)
 def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, bucket: str,
                             s3_fault: ProxyThread, kafka_via_proxy: ProxiedKafka,
                             tmp_path: Path) -> None:
@@ -66,7 +69,7 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
     recordings = round(RECORDINGS * seconds / DEFAULT_SECONDS)
     conferences = round(CONFERENCES * seconds / DEFAULT_SECONDS)
     rng = random.Random(soak_seed)
-    run.name = f"soak-seed{soak_seed}"
+    run.name = f"soak-seed{soak_seed}-{run.source.name}"
     kafka = kafka_via_proxy
     run.uploaded = seed(run.dsn, s3_server, bucket, recordings=recordings,
                         conferences=conferences, deals=50, spread_s=seconds * 0.8,
@@ -74,7 +77,7 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
     run.begin_kafka(kafka.bootstrap)
     run.started = time.monotonic()
     cfg = daemon_config(run.dsn, s3_url=s3_fault.url, s3=s3_server, bucket=bucket,
-                        kafka=kafka.bootstrap, s3_timeout="1500ms",
+                        kafka=kafka.bootstrap, source=run.source, s3_timeout="1500ms",
                         finalize={"batch_size": 50, "backoff_base": "1s", "backoff_cap": "4s"},
                         reaper={"batch_size": 25}, audit={"interval": "5s"})
     group = [daemons.add(Daemon(tmp_path, name, cfg)).start() for name in ("a", "b")]
@@ -149,9 +152,10 @@ def test_soak_random_faults(run: Run, daemons: Daemons, s3_server: S3Server, buc
             daemon.start()
     for label, n in counts.items():
         run.fault(label, n)
-    settle_s = wait_settled(run.dsn, relay=True, limit_s=240, daemons=daemons)
+    settle_s = wait_settled(run.dsn, relay=True, limit_s=240, daemons=daemons,
+                            source=run.source)
     violations = run.verify(
-        title=f"Soak, seed {soak_seed}",
+        title=f"Soak, seed {soak_seed}, {run.source.name} source",
         proves=f"{recordings} recordings and {conferences} conferences falling due over"
                f" {seconds:.0f} s under random S3/Kafka/PostgreSQL/process faults:"
                " nothing lost, nothing duplicated, no wrong verdict, bounded",

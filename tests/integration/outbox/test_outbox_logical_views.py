@@ -9,10 +9,13 @@ import trio
 from prometheus_client import REGISTRY
 
 from actors.audit.invariants import Invariant, Thresholds, judge_database
+from actors.leases.lock_keeper import CycleContext
 from actors.outbox.gauges import refresh_outbox
 from actors.outbox.logical_setup import LogicalSource
-from supervision.app.daemon import run_once
+from actors.outbox.relay import relay_idle, run_relay_cycle
+from supervision.app.daemon import open_resources, run_once
 from supervision.app.runbook import status
+from supervision.app.tree import relay_job
 from supervision.dev.kafka import KafkaServer
 from tests.integration.outbox.test_outbox_logical import logical_cfg, source, topic
 from tests.integration.outbox.test_outbox_relay import enqueue, insert_raw
@@ -63,3 +66,28 @@ async def test_the_auditor_judges_unpublished_rows_from_the_slots_position(
         found = judge_database(conn, Thresholds(relay_lag_s=60))
     assert [(v.invariant, v.subject) for v in found
             if v.invariant is Invariant.UNPUBLISHED] == [(Invariant.UNPUBLISHED, str(late))]
+
+
+def unpublished(dsn: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [v.subject for v in judge_database(conn, Thresholds())
+                if v.invariant is Invariant.UNPUBLISHED]
+
+
+async def test_an_idle_relay_records_how_far_the_slot_passed_before_it_idles(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str) -> None:
+    """The daemon runs a relay cycle only when the idle probe finds work. A cycle that
+    published records the slot's passed position at most every RECORD_EVERY seconds, so
+    after a second burst the record lags: the probe is not idle until one more (quiet)
+    cycle recorded it; then the auditor finds nothing unpublished on the idle outbox."""
+    cfg = logical_cfg(db_dsn, kafka_server, source)
+    async with open_resources(cfg) as res:
+        job = relay_job(res)
+        await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "b"])
+        assert (await run_relay_cycle(job, CycleContext("outbox-relay", "t1"))).published == 2
+        await trio.to_thread.run_sync(enqueue, db_dsn, topic, ["a", "c"])
+        assert (await run_relay_cycle(job, CycleContext("outbox-relay", "t2"))).published == 2
+        assert not await relay_idle(job), "the record lags the slot: one cycle more is due"
+        assert (await run_relay_cycle(job, CycleContext("outbox-relay", "t3"))).published == 0
+        assert await relay_idle(job)
+    assert await trio.to_thread.run_sync(unpublished, db_dsn) == []

@@ -41,3 +41,26 @@ def test_publish_without_figures_changes_nothing(tmp_path: Path) -> None:
     doc = tmp_path / "reliability.md"
     assert publish(tmp_path / "empty", tmp_path / "docs", doc) == 0
     assert not doc.exists() and not (tmp_path / "docs").exists()
+
+
+def test_the_report_prints_duplicates_per_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each scenario that read Kafka back has a row of its redeliveries and their bound,
+    and each source its totals."""
+    import tests.chaos.report as report
+
+    monkeypatch.setattr(report, "FIGURES", tmp_path)
+    for name, source, events, copies, bound in (("kill-table", "table", 1, 1, 400),
+                                                 ("kill-logical", "logical", 50, 52, 900),
+                                                 ("soak-logical", "logical", 3, 3, 900)):
+        record(name, title="t", proves="p", injected=[], rows={}, faults=2,
+               invariants={}, duration_s=1.0, source=source,
+               duplicates={"events delivered more than once": events,
+                           "copies beyond the first": copies, "bound": bound})
+    record("s3_only", title="t", proves="p", injected=[], rows={}, faults=1,
+           invariants={}, duration_s=1.0)
+    text = report.render(report.load(tmp_path))
+    assert "| kill-logical | logical | 50 | 52 | 900 |" in text
+    assert "| **all, logical** | logical | 53 | 55 | 1800 |" in text
+    assert "| **all, table** | table | 1 | 1 | 400 |" in text
+    assert "| s3_only |" not in text
