@@ -12,28 +12,30 @@ messenger's outbox per event.
 The publisher, the window and the dead letters are the table source's; only the two ends
 differ:
 
-* the **slot reader** peeks the slot (``pg_logical_slot_peek_binary_changes`` through
-  ``pgoutput``, fetched in binary: nothing is consumed) and hands on, in commit order, the
-  rows of every transaction it has not read in this cycle, in pieces of at most
-  ``batch_size`` events decoded one at a time as the rows in hand leave room (so a large
-  transaction's first wave leaves while the rest of it is still to decode); events
-  already settled in an earlier cycle are left out, and the events of a key a dead
-  letter blocks are passed (never published out of order: they stay in the table, where
-  the dead letter's key finds them; a cycle that finds no blocked key at its start skips
-  that look-up). A peek always starts at the slot's confirmed position and returns again
-  every event read above it, so before each peek the reader waits until fewer than
-  :data:`REREAD_FACTOR` batches of such events would be left once the slot moves past
-  the settled ones, and moves it there; when they stay (one held key), it stops reading
-  after :data:`OPEN_WAIT` and the cycle ends (the next one reads again from the slot's
-  position). A peek asks for :data:`PEEK_BATCHES` batches of messages past those it
-  returns again, so a backlog is read in few peeks. After a move it logs a standby
-  snapshot at most every :data:`SNAPSHOT_EVERY`, when its role may, so the slot's
-  restart position follows;
+* the **slot reader** first reads the slot's *stream*, when the job has its DSN
+  (:mod:`actors.outbox.stream_reader`: the walsender sends each change once, as it is
+  committed), until it is quiet; then it *peeks* the slot
+  (``pg_logical_slot_peek_binary_changes`` through ``pgoutput``, fetched in binary:
+  nothing is consumed) until a peek finds nothing new, which ends the cycle. Either way
+  it hands on, in commit order, the rows of every transaction it has not read in this
+  cycle, in pieces of at most ``batch_size`` events decoded as the rows in hand leave
+  room (:func:`~actors.outbox.slot_cycle.hand_on`: a large transaction's first wave
+  leaves while the rest is still to decode); events settled in an earlier cycle are left
+  out, and the events of a key a dead letter blocks are passed (never published out of
+  order: they stay in the table, where the dead letter's key finds them). A peek starts
+  at the slot's confirmed position and returns again every event read above it, and a
+  kill sends those again: before each read the reader waits until fewer than
+  ``ROOM_BATCHES`` batches of them would be left once the slot moves past the settled
+  ones, and moves it there (:func:`~actors.outbox.slot_cycle.room_above_slot`); when
+  they stay (one held key) the cycle ends after ``OPEN_WAIT``. A read asks for
+  ``READ_BATCHES`` batches more, so a backlog is read in few peeks;
 * the **slot advancer** settles what Kafka acknowledged and, at most every
-  :data:`ADVANCE_EVERY` (each move decodes the WAL it passes again), moves the slot's
+  ``ADVANCE_EVERY`` (each move decodes the WAL it passes again), moves the slot's
   confirmed position to the end of the last transaction whose every event, and every
   earlier one's, is settled (:class:`~actors.outbox.slot.SlotProgress`), in a
-  transaction behind the lease's fence; the cycle's end moves it once more. A transient
+  transaction behind the lease's fence (through the stream while it is open); after a
+  move, a standby snapshot at most every ``SNAPSHOT_EVERY``, when the role may, lets the
+  slot's restart position follow; the cycle's end moves it once more. A transient
   failure is only logged: its event stays unsettled, the slot stays before it, and a
   later cycle sends it again after its back-off.
 
@@ -64,7 +66,14 @@ from actors.outbox.metrics import OUTBOX_DELIVERY, OUTBOX_PUBLISHED
 from actors.outbox.publisher import run_publisher
 from actors.outbox.settings import OutboxRelayConfig
 from actors.outbox.slot import transactions
-from actors.outbox.slot_cycle import OPEN_WAIT, SlotCycle, hand_on, send_claim
+from actors.outbox.slot_cycle import (
+    READ_BATCHES,
+    ROOM_BATCHES,
+    SlotCycle,
+    hand_on,
+    room_above_slot,
+    send_claim,
+)
 from actors.outbox.slot_io import (
     Peeked,
     SlotGone,
@@ -85,8 +94,6 @@ log = structlog.get_logger("outbox_relay")
 
 ANSWERS_QUEUE = 16
 DEAD_LETTERS_QUEUE = 64
-PEEK_BATCHES = 8  # messages a peek asks for past those it returns again, in batches
-REREAD_FACTOR = 2  # events read and not passed by the slot, in batches, before it waits
 
 
 def source_of(cfg: OutboxRelayConfig) -> LogicalSource:
@@ -147,20 +154,20 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
     publisher is gone. A peek's transactions go on in pieces of at most *batch_size*
     events, each decoded when there is room for it, so the first wave of a large
     transaction leaves while the rest of it is still being read."""
-    upto_n = PEEK_BATCHES * batch_size
+    upto_n = READ_BATCHES * batch_size
     async with claims:
         if stream_dsn is not None and not await read_stream(
                 cycle, stream_dsn, batch_size, max_row_bytes, deadline, in_hand, claims):
             return
         while trio.current_time() < deadline:
             await in_hand.room()
-            if not await _reread_room(cycle, REREAD_FACTOR * batch_size):
+            if not await room_above_slot(cycle, ROOM_BATCHES * batch_size):
                 return  # one held key keeps the slot: the next cycle reads again
             at = trio.current_time()
             peeked = await _peek(cycle, upto_n)
             txns = transactions(peeked.records, max_row_bytes, cycle.progress.read_upto)
             behind = len(peeked.records) >= upto_n
-            upto_n = len(peeked.records) + PEEK_BATCHES * batch_size
+            upto_n = len(peeked.records) + READ_BATCHES * batch_size
             if not txns:
                 if not behind:  # all up to wal_position read (in this cycle, or none)
                     cycle.progress.caught_up(peeked.wal_position)
@@ -177,21 +184,6 @@ async def _peek(cycle: SlotCycle, upto_n: int) -> Peeked:
     cycle.progress.advanced(peeked.confirmed)
     cycle.progress.marked(peeked.wal_position, peeked.xmin)
     return peeked
-
-
-async def _reread_room(cycle: SlotCycle, limit: int) -> bool:
-    """Before a peek (which returns again every event read above the slot's confirmed
-    position): wait, up to :data:`OPEN_WAIT` without progress, until fewer than *limit*
-    such events would be left once the slot moves as far as settled events allow, then
-    move it there. False if they stay."""
-    progress = cycle.progress
-    while progress.unpassed_events - progress.passable_events() >= limit:
-        with trio.move_on_after(OPEN_WAIT) as waited:
-            await cycle.moved.wait()
-        if waited.cancelled_caught:
-            return False
-    await cycle.advance()
-    return True
 
 
 async def run_slot_advancer(cycle: SlotCycle, counts: RelayCounts,

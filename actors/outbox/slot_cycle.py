@@ -30,7 +30,8 @@ from actors.outbox.window import InHand
 from supervision.db.database import Database
 from supervision.tree.shielding import must_complete
 
-__all__ = ["ADVANCE_EVERY", "OPEN_WAIT", "SlotCycle", "hand_on", "send_claim"]
+__all__ = ["ABOVE_SLOT_BATCHES", "ADVANCE_EVERY", "READ_BATCHES", "ROOM_BATCHES", "SlotCycle",
+           "hand_on", "room_above_slot", "send_claim"]
 
 log = structlog.get_logger("outbox_relay")
 
@@ -38,6 +39,11 @@ ADVANCE_EVERY = 0.1  # the advancer's pace: each move decodes the WAL it passes 
 SNAPSHOT_EVERY = 0.25  # standby snapshots the relay logs (when its role may), at most
 SNAPSHOT_ASK_EVERY = 300.0  # a role that may not is asked again after this long
 OPEN_WAIT = 1.0  # how long a reader waits for read events to settle before the cycle ends
+ROOM_BATCHES = 2  # events read above the slot, in batches, past which a reader waits
+READ_BATCHES = 8  # what one peek or stream read adds at most, in batches (+ one transaction)
+# the crash window: events read above the slot's confirmed position (sent again after a
+# kill) stay under ABOVE_SLOT_BATCHES x batch_size + the largest transaction
+ABOVE_SLOT_BATCHES = ROOM_BATCHES + READ_BATCHES
 
 
 def _fence_only(conn: object) -> None:
@@ -120,6 +126,21 @@ async def hand_on(cycle: SlotCycle, txns: list[Txn], at: float, behind: bool,
             if not await send_claim(claims, Claim(rows, len(rows), at=at,
                                                   behind=behind or not piece.last)):
                 return False
+    return True
+
+
+async def room_above_slot(cycle: SlotCycle, limit: int) -> bool:
+    """Before a read: wait, up to :data:`OPEN_WAIT` without progress, until fewer than
+    *limit* events read would stay above the slot's confirmed position once it moves as
+    far as settled events allow, then move it there. A peek returns those events again,
+    and a kill sends them again: this bounds both. False if they stay (one held key)."""
+    progress = cycle.progress
+    while progress.unpassed_events - progress.passable_events() >= limit:
+        with trio.move_on_after(OPEN_WAIT) as waited:
+            await cycle.moved.wait()
+        if waited.cancelled_caught:
+            return False
+    await cycle.advance()
     return True
 
 

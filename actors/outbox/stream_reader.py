@@ -24,7 +24,7 @@ import trio
 
 from actors.outbox.messages import Claim
 from actors.outbox.slot import transactions
-from actors.outbox.slot_cycle import OPEN_WAIT, SlotCycle, hand_on
+from actors.outbox.slot_cycle import READ_BATCHES, ROOM_BATCHES, SlotCycle, hand_on, room_above_slot
 from actors.outbox.slot_io import slot_active
 from actors.outbox.stream import SlotStream
 from actors.outbox.window import InHand
@@ -34,8 +34,6 @@ from supervision.tree.shielding import must_complete
 __all__ = ["STREAM_IDLE", "read_stream"]
 
 STREAM_IDLE = 0.05  # nothing received this long: the stream closes, a peek ends the cycle
-READ_BATCHES = 8  # changes a read hands on at most, in batches (a backlog's pace)
-OPEN_BATCHES = 2  # events read and not settled, in batches, before the stream waits
 RELEASE_WAIT = 2.0  # how long the walsender's exit is waited for after the stream closes
 
 
@@ -43,8 +41,8 @@ async def read_stream(cycle: SlotCycle, dsn: str, batch_size: int, max_row_bytes
                       deadline: float, in_hand: InHand,
                       claims: trio.MemorySendChannel[Claim]) -> bool:
     """Hand on what the slot's stream sends until it is quiet; True when the cycle goes
-    on with a peek, False when the reader stops (the publisher is gone, or read events
-    stay unsettled for :data:`OPEN_WAIT`)."""
+    on with a peek, False when the reader stops (the publisher is gone, or events read
+    above the slot stay for :data:`~actors.outbox.slot_cycle.OPEN_WAIT`)."""
     stream = await SlotStream.open(dsn, cycle.source)
     cycle.stream = stream
     try:
@@ -69,7 +67,7 @@ async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, batch_size: int,
     upto_n = READ_BATCHES * batch_size
     while trio.current_time() < deadline:
         await in_hand.room()
-        if not await _open_room(cycle, OPEN_BATCHES * batch_size):
+        if not await room_above_slot(cycle, ROOM_BATCHES * batch_size):
             return False
         at = trio.current_time()
         records = await stream.read(upto_n, STREAM_IDLE)
@@ -78,17 +76,6 @@ async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, batch_size: int,
         txns = transactions(records, max_row_bytes, 0, relations)
         if not await hand_on(cycle, txns, at, len(records) >= upto_n, batch_size, in_hand,
                              claims):
-            return False
-    return True
-
-
-async def _open_room(cycle: SlotCycle, limit: int) -> bool:
-    """Wait, up to :data:`OPEN_WAIT` without progress, until fewer than *limit* events
-    read are unsettled; False if they stay (one held key)."""
-    while cycle.progress.open_events >= limit:
-        with trio.move_on_after(OPEN_WAIT) as waited:
-            await cycle.moved.wait()
-        if waited.cancelled_caught:
             return False
     return True
 

@@ -57,8 +57,8 @@ import psycopg
 from actors.audit.invariants import Invariant, Thresholds, Violation, failed_sample, judge_database
 from actors.audit.ledger import OutboxRow
 from actors.audit.ledger import check_ledger as judge_ledger
-from actors.outbox.logical import MAX_OPEN_FACTOR
 from actors.outbox.logical_setup import LogicalSource
+from actors.outbox.slot_cycle import ABOVE_SLOT_BATCHES
 from supervision.durations import parse_duration
 from tests.chaos.ledger import Ledger, read_ledger
 from tests.chaos.sources import RelaySource, unread
@@ -199,23 +199,18 @@ def redelivery_bound(source: str, batch_size: int, incidents: int,
       transaction: a wave on the wire and one being marked, ``2 x 2 x batch_size`` (the
       marker's queue could hold more waves if PostgreSQL stalled it that long).
     * ``logical``: an event goes again when Kafka acknowledged it and the slot's confirmed
-      position did not pass it. The reader stops once
-      :data:`~actors.outbox.logical.MAX_OPEN_FACTOR` x ``batch_size`` events are read and
-      not settled, one more peek brings at most ``batch_size`` more or one whole
-      transaction (*largest_txn*: the most outbox rows one transaction inserted; the slot
-      passes a transaction only once all its events are settled):
-      ``(MAX_OPEN_FACTOR + 1) x batch_size + largest_txn``. The code does not cap the
-      events *settled* above the slot: while the oldest transaction read waits (a key
-      whose events go one wave at a time, a back-off), later ones settle and the reader
-      goes on, until the cycle ends; a crash then sends all of them again (the relay's
-      memory of them is gone). The kill scenarios measure several times this constant
-      after a crash mid-drain; the others, whose faults end a cycle without a crash (the
-      relay remembers what it settled), stay far below it.
+      position did not pass it. Before each peek or stream read the reader waits until
+      fewer than ``ROOM_BATCHES x batch_size`` events read would stay above the slot once
+      it moves past the settled ones (settled or not: both go again after a crash), and
+      moves it there; one read adds at most ``READ_BATCHES x batch_size`` more or one
+      whole transaction (*largest_txn*: the most outbox rows one transaction inserted; the
+      slot passes a transaction only once all its events are settled):
+      :data:`~actors.outbox.slot_cycle.ABOVE_SLOT_BATCHES` ``x batch_size + largest_txn``.
     """
     if source == "table":
         per_incident = TABLE_WAVES * 2 * batch_size
     else:
-        per_incident = (MAX_OPEN_FACTOR + 1) * batch_size + largest_txn
+        per_incident = ABOVE_SLOT_BATCHES * batch_size + largest_txn
     return incidents * per_incident
 
 

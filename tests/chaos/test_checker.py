@@ -290,10 +290,10 @@ def test_a_redelivery_after_a_later_event_of_its_key_keeps_the_order() -> None:
 def test_the_duplicate_bound_grows_with_incidents_and_the_logical_window() -> None:
     assert redelivery_bound("table", 50, 0) == redelivery_bound("logical", 50, 0) == 0
     assert redelivery_bound("table", 50, 1) == 200  # two waves of up to 2 x batch_size
-    assert redelivery_bound("logical", 50, 1) == 450  # (MAX_OPEN_FACTOR + 1) x batch_size
+    assert redelivery_bound("logical", 50, 1) == 500  # ABOVE_SLOT_BATCHES x batch_size
     assert redelivery_bound("logical", 50, 3) == 3 * redelivery_bound("logical", 50, 1)
     # a transaction's events are passed together: the largest one widens the window
-    assert redelivery_bound("logical", 50, 2, largest_txn=300) == 2 * (450 + 300)
+    assert redelivery_bound("logical", 50, 2, largest_txn=300) == 2 * (500 + 300)
     assert redelivery_bound("table", 50, 2, largest_txn=300) == 400
 
 
