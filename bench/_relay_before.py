@@ -5,9 +5,10 @@ Its code is exported with ``git archive`` into a temp dir and run there, in a su
 of the current venv with ``PYTHONPATH`` at that tree, so each drain runs its own relay.
 It predates migrations 0014 to 0018 and the current module layout, so it gets a database of
 its own on the same PostgreSQL server (:data:`DATABASE`), set up by its own
-``install_demo`` (its messenger fixture and its migrations 0001 to 0013; its roles are
-created as it creates them, ``IF NOT EXISTS``). The outbox table's columns are the same,
-so the parent writes the same rows into it, in the same shapes, as for today's relay.
+``install_demo`` (its messenger fixture and its migrations 0001 to 0013, on the
+bench's own connection; they create no role, so nothing is shared with today's database but
+the server). The outbox table's columns are the same, so the parent writes the same rows
+into it, in the same shapes, as for today's relay.
 
 A drain is ``run_once(cfg, "outbox-relay")`` in the subprocess, as its own bench ran it;
 the subprocess times it (wall, and its own CPU by ``time.process_time()``) after its
