@@ -102,6 +102,14 @@ class Workload:
                         [(k, str(v).encode()) for k, v in headers.items()]))
         return out
 
+    def insert(self, dsn: str, topic: str, run_id: str) -> None:
+        """An empty outbox, then the rows for *topic* in one COPY (the other relay
+        benches' drain)."""
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE messenger.integration_outbox,"
+                         " safetynet.outbox_dead_letters")
+            insert_rows(conn, self.outbox_rows(topic, run_id), "copy", self.groups)
+
     def outbox_rows(self, topic: str, run_id: str) -> list[OutboxRow]:
         return [(topic, key, dedupe, EVENT_TYPE, json.dumps(payload),
                  event_headers(topic, dedupe, EVENT_TYPE, run_id, SOURCE))

@@ -60,8 +60,8 @@ back into Trio), keyed by the event's ``event-id`` header (``AckStamps``). Laten
 Targets: p99 < 25 ms at 2,000/s, < 100 ms at 10,000/s. Then the ack floor: aiokafka alone,
 idle, the broker's ack of one send of 1, 25 and 200 messages (p50, p90).
 
-Unless ``--profile none``, for each source two more drains of the same rows (reported,
-not timed against anything): every database call and every wave timed on both sides of
+Unless ``--profile none``, for each shape and source two more drains of the same rows
+(reported, not timed against anything): every database call and every wave timed on both sides of
 its crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples of the
 thread holding the GIL (where the Python CPU goes) when py-spy is installed (``pip
 install py-spy``).
@@ -378,12 +378,13 @@ INCLUSIVE = (
 )
 
 
-def profile(bench: Bench, work: Workload, source: str, base_dir: Path) -> list[str]:
+def profile(bench: Bench, work: Workload, source: str, shape: str,
+            base_dir: Path) -> list[str]:
     cfg, rows = bench.cfgs[source], len(work.rows)
-    lines = [f"\nwhere the time goes, {source} source, a drain of {rows} rows (copy shape,"
+    lines = [f"\nwhere the time goes, {source} source, a drain of {rows} rows ({shape} shape,"
              " each pass on a fresh topic):"]
-    topic = bench.topic(f"timed.{source}")
-    bench.prepare(source, work, topic, "copy")
+    topic = bench.topic(f"timed.{shape}.{source}")
+    bench.prepare(source, work, topic, shape)
     seconds, db, producer = trio.run(timed_drain, cfg)
     if source == "table":
         assert published(bench.pg.dsn, topic) == rows
@@ -403,9 +404,9 @@ def profile(bench: Bench, work: Workload, source: str, base_dir: Path) -> list[s
     if not py_spy_available():
         lines.append("2) py-spy not installed (pip install py-spy): no CPU profile")
         return lines
-    topic = bench.topic(f"sampled.{source}")
-    bench.prepare(source, work, topic, "copy")
-    with py_spy(base_dir / f"py-spy-relay-{source}.txt") as raw:
+    topic = bench.topic(f"sampled.{shape}.{source}")
+    bench.prepare(source, work, topic, shape)
+    with py_spy(base_dir / f"py-spy-relay-{shape}-{source}.txt") as raw:
         seconds, _, _ = trio.run(timed_drain, cfg)
     lines.append(f"2) py-spy, samples of the GIL holder ({rows / seconds:.0f} events/s while"
                  " sampled):")
@@ -450,8 +451,9 @@ def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
     print("broker ack of one send of n messages, aiokafka alone, idle (p50 / p90 ms): "
           + ", ".join(f"n={n}: {p50:.1f} / {p90:.1f}" for n, (p50, p90) in floor.items()))
     if args.profile != "none":
-        for source in args.sources:
-            print("\n".join(profile(bench, work, source, base_dir)))
+        for shape in args.shapes:
+            for source in args.sources:
+                print("\n".join(profile(bench, work, source, shape, base_dir)))
 
 
 def _names(allowed: tuple[str, ...]) -> Any:
