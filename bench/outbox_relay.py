@@ -40,7 +40,10 @@ again) and the source recorded, as before a table drain (``reset_source``). Ever
 topic is read back: every row landed exactly once, each key's rows in id order, and the
 relay's counts say it published exactly the rows (nothing re-read or re-published).
 CPU per event: this process (``python``; the subprocess's own for the relay before the
-split) and the PostgreSQL server's process tree (:class:`~bench._measure.CpuMeter`).
+split) and the PostgreSQL server's process tree (:class:`~bench._measure.CpuMeter`;
+each interval starts once the server has reaped the backends of the sessions that wrote
+the rows, and ends once it has reaped the relay's: their CPU is charged where it was
+spent).
 Targets (issue 37): logical >= 0.9 of aiokafka alone; table >= 0.8 and not below the
 relay before the split; PostgreSQL CPU per event of logical <= 1/3 of table's.
 
@@ -80,6 +83,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +101,7 @@ from actors.outbox.relay import RelayJob, run_relay_cycle
 from bench._measure import (
     CpuMeter,
     TimedDatabase,
+    backends_gone,
     percentile,
     py_spy,
     py_spy_available,
@@ -145,6 +150,8 @@ class Bench:
                  base_dir: Path) -> None:
         self.pg, self.kafka, self.args = pg, kafka, args
         self.servers = {"postgres": pg.pid, "tansu": kafka.pid}
+        assert pg.pid is not None
+        self.settled = partial(backends_gone, pg.pid)
         self.tag = uuid.uuid4().hex[:8]
         self.cfgs = {s: make_config(pg.dsn, kafka, s) for s in SOURCES}
         self.logical: LogicalSource = source_of(self.cfgs["logical"].outbox_relay)
@@ -170,7 +177,7 @@ class Bench:
         """One timed drain of *work* from *source* (or aiokafka alone) on a fresh topic:
         seconds, events/s, CPU ms per event by component."""
         topic, rows = self.topic(name), len(work.rows)
-        meter = CpuMeter(self.servers)
+        meter = CpuMeter(self.servers, self.settled)
         if source == AIOKAFKA:
             messages = work.messages(topic, str(uuid.uuid4()))
             with meter.measure():
