@@ -248,6 +248,10 @@ def summary(shape: str, rounds: list[dict[str, dict[str, Any]]], rows: int) -> l
                      f"{max(rates):.0f}){'':>3}{median[source]['ratio']:>13.2f} "
                      f"({min(ratios):.2f}-{max(ratios):.2f}){'':>6}"
                      f"{cpu['python']:>13.3f}{cpu['postgres']:>9.3f}  {target}")
+    for n, r in enumerate(rounds, 1):
+        lines.append(f"    round {n}: aiokafka {r[AIOKAFKA]['rate']:.0f}/s; " + "; ".join(
+            f"{s} {r[s]['rate']:.0f}/s {r[s]['ratio']:.2f} pg {r[s]['cpu'].get('postgres', 0):.3f}"
+            for s in r[AIOKAFKA]["order"]))
     if "table" in median and BEFORE in median:
         lines.append(f"  table >= the relay before the split (median ratio"
                      f" {median['table']['ratio']:.2f} vs {median[BEFORE]['ratio']:.2f}):"
