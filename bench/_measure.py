@@ -64,8 +64,8 @@ def _reaped_children_cpu() -> float:
 
 def backends_gone(postmaster: int, limit_s: float = 5.0) -> bool:
     """Wait until *postmaster* (or the process above it) has no client backend (a process
-    titled ``... 127.0.0.1`` or ``[local]``) and no unreaped child, at most *limit_s*;
-    whether it got there."""
+    titled ``... 127.0.0.1`` or ``[local]``), no autovacuum worker and no unreaped child,
+    at most *limit_s*; whether it got there."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:
@@ -85,7 +85,7 @@ def _client_or_zombie(proc: psutil.Process) -> bool:
         title = " ".join(proc.cmdline())
     except psutil.Error:
         return True  # exiting right now: look again
-    return "127.0.0.1" in title or "[local]" in title
+    return "127.0.0.1" in title or "[local]" in title or "autovacuum worker" in title
 
 
 class CpuMeter:
