@@ -38,15 +38,23 @@ import psutil
 
 
 def tree_cpu(pid: int) -> float:
-    """User + system seconds of *pid*, its reaped children and its live descendants."""
+    """User + system seconds of *pid*, its reaped children and its live descendants.
+
+    Read again when *pid* reaped a child while its descendants were read (its
+    ``children_*`` times moved): that child's CPU was then in neither reading, or in both."""
     try:
         proc = psutil.Process(pid)
-        t = proc.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                ct = child.cpu_times()
-                total += ct.user + ct.system
+        for _ in range(10):
+            t = proc.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    ct = child.cpu_times()
+                    total += ct.user + ct.system
+            after = proc.cpu_times()
+            if (after.children_user, after.children_system) == (t.children_user,
+                                                                t.children_system):
+                break
         return float(total)
     except psutil.Error:
         return 0.0
