@@ -22,7 +22,7 @@ messenger's shape: groups of 1 to 5 rows, one transaction each, pipelined on one
             settings (acks="all", no idempotence, no compression, linger 0, 256 KiB
             batches), every send issued at once then every ack awaited; start and stop
             included, as in the relay's figure. Measured first and last in the round; a
-            source's ratio is to the mean of the two, minutes apart in the same run.
+            source's ratio is to the mean of the two, taken within a minute or two.
   table     ``run_once(cfg, Job.OUTBOX_RELAY)`` end to end, as ``safetynet run-once``
   logical   does (bridge, pool, producer start, advisory lock, cycles until nothing is
             left; JSON logs to /dev/null as in the daemon), with ``[outbox_relay]
@@ -40,19 +40,18 @@ again) and the source recorded, as before a table drain (``reset_source``). Ever
 topic is read back: every row landed exactly once, each key's rows in id order, and the
 relay's counts say it published exactly the rows (nothing re-read or re-published).
 CPU per event: this process (``python``; the subprocess's own for the relay before the
-split) and the PostgreSQL server's process tree (:class:`~bench._measure.CpuMeter`;
-each interval starts once the server has reaped the backends of the sessions that wrote
-the rows and no autovacuum worker runs, and ends once it has reaped the relay's: their
-CPU is charged where it was spent). What a drain leaves behind is charged to it too, and
-nothing else: autovacuum is off on the outbox (in both databases), the rows are written,
+split) and the PostgreSQL server's process tree (:class:`~bench._measure.CpuMeter`).
+Each interval starts once the server has reaped the backends of the sessions that wrote
+the rows and no autovacuum worker runs, and ends once it has reaped the relay's, so CPU
+is charged where it was spent. What a drain leaves behind is charged to it, and nothing
+else: autovacuum is off on the outbox (in both databases), the rows are written,
 vacuumed and checkpointed before the drain (untimed), and after it a ``VACUUM`` of the
 outbox and a ``CHECKPOINT`` are timed, their PostgreSQL CPU shown as ``+after`` (the dead
-row versions and dirty pages the table source's marks leave; without this, a drain now
-and then showed 0.03 to 0.09 ms an event more than the same source in the other rounds).
-Targets (issue 37): logical >= 0.9 of aiokafka alone; table >= 0.8 and not below the
-relay before the split; PostgreSQL CPU per event of logical <= 1/3 of table's (drain and
-what it leaves behind together; the drains alone are printed beside). The medians of each source are
-printed per shape, with each round's figures under them.
+row versions and dirty pages the table source's marks leave). Targets (issue 37):
+logical >= 0.9 of aiokafka alone; table >= 0.8 and not below the relay before the split;
+PostgreSQL CPU per event of logical <= 1/3 of table's (drain and what it leaves behind
+together; the drains alone are printed beside). The medians of each source are printed
+per shape, with each round's figures under them.
 
 **Commit-to-ack latency**, then, for each source at each rate of ``--rates`` (default
 ``--rate``, 2,000/s): the relay as in the daemon (``serve_outbox_listener`` +
@@ -71,10 +70,10 @@ Targets: p99 < 25 ms at 2,000/s, < 100 ms at 10,000/s. Then the ack floor: aioka
 idle, the broker's ack of one send of 1, 25 and 200 messages (p50, p90).
 
 Unless ``--profile none``, for each shape and source two more drains of the same rows
-(reported, not timed against anything): every database call and every wave timed on both sides of
-its crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples of the
-thread holding the GIL (where the Python CPU goes) when py-spy is installed (``pip
-install py-spy``).
+(reported, not timed against anything): every database call and every wave timed on both
+sides of its crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples
+of the thread holding the GIL (where the Python CPU goes) when py-spy is installed
+(``pip install py-spy``).
 """
 
 from __future__ import annotations
