@@ -144,10 +144,23 @@ def reset_source(conn: psycopg.Connection[Any], source: str,
     conn.execute("TRUNCATE messenger.integration_outbox, safetynet.outbox_dead_letters")
     if source == "logical":
         assert logical is not None
+        _slot_released(conn, logical.slot)
         advance_slot(conn, logical, wal_mark(conn)[0])
         write_source(conn, "logical", None)
     elif source == "table":
         write_source(conn, "table", None)
+
+
+def _slot_released(conn: psycopg.Connection[Any], slot: str, limit_s: float = 10.0) -> None:
+    """Wait until no session holds *slot* (a relay's stream of the run before may take a
+    moment to end); a slot still held then fails the advance, naming it."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                           (slot,)).fetchone()
+        if row is None or not row[0]:
+            return
+        time.sleep(0.05)
 
 
 def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[OutboxRow], shape: str,
