@@ -63,8 +63,12 @@ class BeforeSplit:
     def __init__(self, server_dsn: str, base_dir: Path) -> None:
         self.tree = base_dir / "before-split"
         self.tree.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", COMMIT],
-                                 check=True, capture_output=True).stdout
+        done = subprocess.run(["git", "-C", str(ROOT), "archive", COMMIT],
+                              capture_output=True)
+        if done.returncode:
+            raise SystemExit(f"--before-split exports {COMMIT} with git archive, which needs"
+                             f" this repository's history: {done.stderr.decode()[-300:]}")
+        archive = done.stdout
         subprocess.run(["tar", "-x", "-C", str(self.tree)], input=archive, check=True)
         with psycopg.connect(server_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
