@@ -2,7 +2,10 @@
 
 * :class:`CpuMeter` — CPU seconds spent by this process, by server process trees (a
   postmaster and its backends, a weed, a broker) and by reaped children (pgbench) between
-  two points, so a run can say where the machine's cores went;
+  two points, so a run can say where the machine's cores went; :func:`backends_gone`
+  waits until a postmaster has reaped its client backends, so a session closed before
+  the first point is not charged to the interval (its CPU moves to the postmaster's
+  ``children_*`` times when it is reaped);
 * :class:`RssSampler` — the peak resident set size of this process while a block runs
   (psutil every 10 ms, plus ``ru_maxrss`` for the lifetime peak);
 * :class:`TimedDatabase` — a stand-in for :class:`supervision.db.database.Database` that
@@ -35,15 +38,23 @@ import psutil
 
 
 def tree_cpu(pid: int) -> float:
-    """User + system seconds of *pid*, its reaped children and its live descendants."""
+    """User + system seconds of *pid*, its reaped children and its live descendants.
+
+    Read again when *pid* reaped a child while its descendants were read (its
+    ``children_*`` times moved): that child's CPU was then in neither reading, or in both."""
     try:
         proc = psutil.Process(pid)
-        t = proc.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                ct = child.cpu_times()
-                total += ct.user + ct.system
+        for _ in range(10):
+            t = proc.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    ct = child.cpu_times()
+                    total += ct.user + ct.system
+            after = proc.cpu_times()
+            if (after.children_user, after.children_system) == (t.children_user,
+                                                                t.children_system):
+                break
         return float(total)
     except psutil.Error:
         return 0.0
@@ -59,11 +70,42 @@ def _reaped_children_cpu() -> float:
     return float(ru.ru_utime + ru.ru_stime)
 
 
-class CpuMeter:
-    """CPU seconds per component between :meth:`start` and :meth:`stop` (plus wall time)."""
+def backends_gone(postmaster: int, limit_s: float = 5.0) -> bool:
+    """Wait until *postmaster* (or the process above it) has no client backend (a process
+    titled ``... 127.0.0.1`` or ``[local]``), no autovacuum worker and no unreaped child,
+    at most *limit_s*; whether it got there."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            children = psutil.Process(postmaster).children(recursive=True)
+        except psutil.Error:
+            return False
+        if not any(_client_or_zombie(child) for child in children):
+            return True
+        time.sleep(0.01)
+    return False
 
-    def __init__(self, servers: dict[str, int | None]) -> None:
+
+def _client_or_zombie(proc: psutil.Process) -> bool:
+    try:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return True
+        title = " ".join(proc.cmdline())
+    except psutil.Error:
+        return True  # exiting right now: look again
+    return "127.0.0.1" in title or "[local]" in title or "autovacuum worker" in title
+
+
+class CpuMeter:
+    """CPU seconds per component between :meth:`start` and :meth:`stop` (plus wall time).
+
+    With *settled* (e.g. ``partial(backends_gone, postmaster)``), :meth:`start` waits
+    for it before the first snapshot and :meth:`stop` after its *settle_s* sleep."""
+
+    def __init__(self, servers: dict[str, int | None],
+                 settled: Callable[[], object] | None = None) -> None:
         self.servers = {name: pid for name, pid in servers.items() if pid}
+        self._settled = settled
         self._t0: dict[str, float] = {}
         self.used: dict[str, float] = {}
         self.wall = 0.0
@@ -75,6 +117,8 @@ class CpuMeter:
         return snap
 
     def start(self) -> None:
+        if self._settled is not None:
+            self._settled()
         self._t0 = self._snapshot()
 
     def stop(self, settle_s: float = 0.3) -> None:
@@ -82,6 +126,8 @@ class CpuMeter:
         of pools closed at the end (their CPU moves to its children_* times)."""
         wall = time.perf_counter() - self._t0["wall"]
         time.sleep(settle_s)
+        if self._settled is not None:
+            self._settled()
         t1 = self._snapshot()
         t1.pop("wall")
         self.wall = wall

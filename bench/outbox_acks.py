@@ -2,7 +2,7 @@
 (issue 37 item 6), alternating in one run.
 
 A benchmark (not a test). Each round, for each setting in turn, ``--rows`` outbox rows
-(bench/outbox_relay.py's workload: COPY, then VACUUM ANALYZE) to a fresh topic, drained
+(bench/_relay_workload.py's workload: COPY, then VACUUM ANALYZE) to a fresh topic, drained
 end to end by ``run_once(cfg, Job.OUTBOX_RELAY)`` as ``safetynet run-once`` does. Every
 row must be published. On the dev broker (Tansu, one broker, no replicas) both settings
 wait for the same single copy: the figure is the client's and the protocol's share, not
@@ -29,7 +29,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.outbox_relay import Workload, make_config, published
+from bench._relay_workload import Workload, make_config, published
 from supervision.app.daemon import run_once
 from supervision.config import Acks
 from supervision.db.migrate import install_demo

@@ -5,7 +5,7 @@ the claim's plan pinned to the index, and with the planner left to the statistic
 A benchmark (not a test). Each round, for each variant in turn (alternating, one run):
 the outbox is emptied and analyzed empty (an idle outbox's statistics: "no rows"),
 autovacuum is switched off on it (so autoanalyze cannot rescue a variant mid-drain), the
-activity counters are reset, ``--rows`` rows (bench/outbox_relay.py's workload, COPY) are
+activity counters are reset, ``--rows`` rows (bench/_relay_workload.py's workload, COPY) are
 committed at once, and ``run_once(cfg, Job.OUTBOX_RELAY)`` drains them end to end:
 
   pinned     the claim as shipped: ``outbox_claim_plan`` (``SET LOCAL enable_sort = off``)
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.envelope import event_headers
 from actors.outbox.queries import OUTBOX_QUERIES
-from bench.outbox_relay import COPY, EVENT_TYPE, SOURCE, Workload, make_config, published
+from bench._relay_workload import COPY, EVENT_TYPE, SOURCE, Workload, make_config, published
 from supervision.app.daemon import run_once
 from supervision.db.migrate import install_demo
 from supervision.dev.kafka import KafkaServer

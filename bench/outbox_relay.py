@@ -1,70 +1,91 @@
-"""How fast does the outbox relay publish, against aiokafka alone, and how quickly? (issue 6)
+"""How fast does the outbox relay publish from each source, against aiokafka alone, and how
+quickly? (issues 6 and 37)
 
-A benchmark (not a test). Each round writes ``--rows`` outbox rows (COPY; ~600-byte JSON
-payloads shaped like CallRecordingAvailable, ``--keys`` message keys drawn at random, the
-headers a committer writes) to a fresh topic (``--partitions``, created up front), then:
+A benchmark (not a test). It starts its own PostgreSQL (``wal_level = logical``) and Tansu
+(``supervision.dev.stack``, in a temp dir) and always stops them. Run:
 
-  relay     ``run_once(cfg, Job.OUTBOX_RELAY)`` end to end, as ``safetynet run-once`` does:
-            bridge, pool, producer start, advisory lock, cycles (claim 500 rows in id
-            order, waves of at most one row per key, mark published) until nothing is
-            left; JSON logs rendered to /dev/null as in the daemon.
-  ceiling   aiokafka alone under plain ``asyncio.run`` (no database, no Trio): the same
-            messages (keys, values, headers) to another fresh topic with the relay's
-            producer settings (acks="all", no idempotence, no compression, linger 0,
-            256 KiB batches), every send issued at once then every ack awaited; start and
-            stop included, as in the relay's figure. Measured right before and right after
-            the relay; the ratio uses their mean (target >= 0.8, issue 15).
+    .venv/bin/python bench/outbox_relay.py [--rows 20000] [--rounds 3]
+        [--sources table,logical] [--shapes copy,small] [--rates 2000,10000]
+        [--before-split] [--profile none]
 
-The relay's topic is read back: every row landed once, each key's rows in id order. Then,
-once:
+The rows: ``--rows`` outbox rows (~600-byte JSON payloads shaped like
+CallRecordingAvailable, ``--keys`` message keys drawn at random, the headers a committer
+writes; ``bench/_relay_workload.py``), committed before each timed drain in one of two
+shapes (``--shapes``): ``copy``, one COPY (one transaction), and ``small``, the
+messenger's shape: groups of 1 to 5 rows, one transaction each, pipelined on one connection.
 
-  latency   the relay as in the daemon (``serve_outbox_listener`` + ``serve_lock_keeper(
-            relay_locked_job(res), dsn)``, woken by LISTEN/NOTIFY), while
-            ``--writers`` connections (4, in a process of their own, spawned, so their
-            Python does not take the relay's GIL) commit ``--trickle`` single-row INSERT
-            transactions at ``--rate`` per second in all (default 6,000 at 2,000/s;
-            after 5 warm-up rows, not counted; the rate reached is printed). Latency per
-            event is ``published_at - created_at`` on the database clock: ``created_at`` is
-            the INSERT's transaction start (autocommit: ~0.1 ms before its commit) and
-            ``published_at`` the start of the relay's marking transaction, which begins
-            right after the broker acknowledged — so it is commit-to-ack plus one thread
-            crossing and a pool checkout (an upper bound). Target p99 < 50 ms.
-  ack floor aiokafka alone with the same settings, idle: the broker's ack of one send of
-            1, 25 and 200 messages (p50, p90): waves are sent one after the other, so an
-            event of a trickle waits about two of them, plus its claim and its mark.
+**Drains, alternating** (each round, each shape; every drain on a fresh topic of
+``--partitions`` partitions):
 
-and, unless ``--profile none``, two more drains of the same rows (reported, not timed
-against anything): every database call and every wave timed on both sides of its
-crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples of the thread
-holding the GIL (where the Python CPU goes) when py-spy is installed (``pip install
-py-spy``).
+  aiokafka  the ceiling: aiokafka alone under plain ``asyncio.run`` (no database, no
+            Trio), the same messages (keys, values, headers) with the relay's producer
+            settings (acks="all", no idempotence, no compression, linger 0, 256 KiB
+            batches), every send issued at once then every ack awaited; start and stop
+            included, as in the relay's figure. Measured first and last in the round; a
+            source's ratio is to the mean of the two, taken within a minute or two.
+  table     ``run_once(cfg, Job.OUTBOX_RELAY)`` end to end, as ``safetynet run-once``
+  logical   does (bridge, pool, producer start, advisory lock, cycles until nothing is
+            left; JSON logs to /dev/null as in the daemon), with ``[outbox_relay]
+            source`` set: claim, wave, mark (``table``), or read the slot through
+            pgoutput, wave, advance the slot (``logical``).
+  before-split  (``--before-split``) the relay before the pipeline split, its own code
+            (an export of 46b2891's parent, in a subprocess, against a database of its
+            own on the same server: ``bench/_relay_before.py`` says how).
 
-It starts its own PostgreSQL and Tansu (``supervision.dev.stack``, in a temp dir) and
-always stops them. Run:
+The sources run in between the two aiokafka drains, their order rotated by one each
+round. Before each drain the outbox is emptied and the rows written again; the source is
+switched without a hand-over: the publication and the slot are set up once, and before a
+logical drain the slot is moved to the WAL's end (the earlier drains' rows are never read
+again) and the source recorded, as before a table drain (``reset_source``). Every drain's
+topic is read back: every row landed exactly once, each key's rows in id order, and the
+relay's counts say it published exactly the rows (nothing re-read or re-published).
+CPU per event: this process (``python``; the subprocess's own for the relay before the
+split) and the PostgreSQL server's process tree (:class:`~bench._measure.CpuMeter`).
+Each interval starts once the server has reaped the backends of the sessions that wrote
+the rows and no autovacuum worker runs, and ends once it has reaped the relay's, so CPU
+is charged where it was spent. What a drain leaves behind is charged to it, and nothing
+else: autovacuum is off on the outbox (in both databases), the rows are written,
+vacuumed and checkpointed before the drain (untimed), and after it a ``VACUUM`` of the
+outbox and a ``CHECKPOINT`` are timed, their PostgreSQL CPU shown as ``+after`` (the dead
+row versions and dirty pages the table source's marks leave). Targets (issue 37):
+logical >= 0.9 of aiokafka alone; table >= 0.8 and not below the relay before the split;
+PostgreSQL CPU per event of logical <= 1/3 of table's (drain and what it leaves behind
+together; the drains alone are printed beside). The medians of each source are printed
+per shape, with each round's figures under them.
 
-    .venv/bin/python bench/outbox_relay.py [--rows 20000] [--rounds 3] [--source logical]
+**Commit-to-ack latency**, then, for each source at each rate of ``--rates`` (default
+``--rate``, 2,000/s): the relay as in the daemon (``serve_outbox_listener`` +
+``serve_lock_keeper(relay_locked_job(res), dsn)``, woken by LISTEN/NOTIFY, ``source`` set
+per run), while ``--writers`` connections (4, threads of one spawned process, so their
+Python does not take the relay's GIL) commit ``--trickle`` events at 2,000/s (the same
+duration at other rates: 3 s by default) after 5 warm-up events (not counted). Up to
+2,500/s each event is its own transaction; above, ``ceil(rate / 2000)`` rows share one
+(``--txn-rows``), so the writers can keep the pace on two cores. Both ends are stamped on
+this machine's clock (``time.time()``): each writer right after its COMMIT returned (an
+event's commit time is its transaction's), and the relay's producer, wrapped in place,
+when ``send_wave`` returned the event's acknowledgement to the relay (after the crossing
+back into Trio), keyed by the event's ``event-id`` header (``AckStamps``). Latency = ack
+- commit, per event; p50/p90/p99/max and the rate the writers reached are printed.
+Targets: p99 < 25 ms at 2,000/s, < 100 ms at 10,000/s. Then the ack floor: aiokafka alone,
+idle, the broker's ack of one send of 1, 25 and 200 messages (p50, p90).
 
-With ``--source logical`` the relay reads the rows from a logical replication slot
-(issue 37; the publication and slot are created first); the latency and the profile are
-measured for the table source only (they read ``published_at``).
+Unless ``--profile none``, for each shape and source two more drains of the same rows
+(reported, not timed against anything): every database call and every wave timed on both
+sides of its crossing (``run_relay_cycle`` in a loop, like run-once), and py-spy samples
+of the thread holding the GIL (where the Python CPU goes) when py-spy is installed
+(``pip install py-spy``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import concurrent.futures
-import datetime as dt
 import gc
-import json
-import multiprocessing
+import math
 import os
-import random
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -76,25 +97,39 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.envelope import event_headers
 from actors.kafka.producer import KafkaProducer, OutMessage
 from actors.leases.lock_keeper import CycleContext, serve_lock_keeper
-from actors.outbox.handover import write_source
 from actors.outbox.listener import serve_outbox_listener
 from actors.outbox.logical import source_of
-from actors.outbox.logical_setup import ensure_logical_source
+from actors.outbox.logical_setup import LogicalSource, ensure_logical_source
 from actors.outbox.relay import RelayJob, run_relay_cycle
 from bench._measure import (
     CpuMeter,
     TimedDatabase,
+    backends_gone,
     percentile,
     py_spy,
     py_spy_available,
     py_spy_report,
-    spread,
+)
+from bench._relay_before import BeforeSplit
+from bench._relay_workload import (
+    SHAPES,
+    AckStamps,
+    Workload,
+    ack_floor,
+    aiokafka_ceiling,
+    check_landed,
+    insert_rows,
+    make_config,
+    published,
+    reset_source,
+    trickle_rows,
+    write_paced,
+    write_paced_elsewhere,
 )
 from supervision.app.daemon import open_resources, run_once
-from supervision.app.settings import Config, config_from_dict
+from supervision.app.settings import Config
 from supervision.app.tree import relay_locked_job
 from supervision.db.migrate import install_demo
 from supervision.dev.kafka import KafkaServer
@@ -103,199 +138,240 @@ from supervision.dev.processes import start_all, stop_all
 from supervision.jobs import Job
 from supervision.logs import configure_logging
 from supervision.tree.bridge import run_asyncio
-from tests.messenger import read_topic
 
-EVENT_TYPE = "CallRecordingAvailable"
-SOURCE = "safetynet.recording-finalize"
-PRODUCER_SETTINGS: dict[str, Any] = {  # as actors/kafka/producer.py's KafkaProducer._start
-    "acks": "all", "enable_idempotence": False, "compression_type": None, "linger_ms": 0,
-    "request_timeout_ms": 10_000, "max_request_size": 1_048_576, "max_batch_size": 256 * 1024,
-}
-COPY = ("COPY messenger.integration_outbox (topic, message_key, dedupe_key, event_type,"
-        " payload, headers) FROM STDIN")
+SOURCES = ("table", "logical")
+BEFORE = "before-split"
+AIOKAFKA = "aiokafka"
+SHAPE_NAMES = {"copy": "one COPY, one transaction",
+               "small": "transactions of 1-5 rows, the messenger's shape"}
+RATIO_TARGETS = {"table": 0.8, "logical": 0.9}
+OK = {True: "ok", False: "MISSED"}
 
 
-# ------------------------------------------------------------------------------ rows
+class Bench:
+    """The servers, the relay's configuration per source, the topics of one run."""
+
+    def __init__(self, pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
+                 base_dir: Path) -> None:
+        self.pg, self.kafka, self.args = pg, kafka, args
+        self.servers = {"postgres": pg.pid, "tansu": kafka.pid}
+        assert pg.pid is not None
+        self.postmaster = pg.pid
+        self.tag = uuid.uuid4().hex[:8]
+        self.cfgs = {s: make_config(pg.dsn, kafka, s) for s in SOURCES}
+        self.logical: LogicalSource = source_of(self.cfgs["logical"].outbox_relay)
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            ensure_logical_source(conn, self.logical)
+        self.before = BeforeSplit(pg.dsn, base_dir) if args.before_split else None
+        for dsn in (pg.dsn, *([self.before.dsn] if self.before else [])):
+            with psycopg.connect(dsn, autocommit=True) as conn:  # vacuumed after each drain
+                conn.execute("ALTER TABLE messenger.integration_outbox SET"
+                             " (autovacuum_enabled = off)")
+
+    def settled(self) -> None:
+        """The server at rest: no client backend, nothing left to reap."""
+        if not backends_gone(self.postmaster):
+            print("  (PostgreSQL did not settle within 5 s: a CPU figure may hold work"
+                  " not its own)", file=sys.stderr)
+
+    def topic(self, name: str) -> str:
+        topic = f"bench.outbox-relay.{self.tag}.{name}"
+        self.kafka.create_topic(topic, self.args.partitions)
+        return topic
+
+    def dsn(self, source: str) -> str:
+        """The database *source* drains (the relay before the split has its own)."""
+        return self.before.dsn if source == BEFORE and self.before else self.pg.dsn
+
+    def prepare(self, source: str, work: Workload | None, topic: str, shape: str) -> None:
+        """An empty outbox, *source* the relay's, then *work*'s rows for *topic*."""
+        with psycopg.connect(self.dsn(source), autocommit=True) as conn:
+            reset_source(conn, source, self.logical)
+            if work is not None:
+                insert_rows(conn, work.outbox_rows(topic, str(uuid.uuid4())), shape,
+                            work.groups)
+                conn.execute("CHECKPOINT")  # the drain starts with no dirty page
+
+    def drain(self, source: str, work: Workload, shape: str, name: str) -> dict[str, Any]:
+        """One timed drain of *work* from *source* (or aiokafka alone) on a fresh topic:
+        seconds, events/s, CPU ms per event by component."""
+        topic, rows = self.topic(name), len(work.rows)
+        meter = CpuMeter(self.servers, self.settled)
+        if source == AIOKAFKA:
+            messages = work.messages(topic, str(uuid.uuid4()))
+            with meter.measure():
+                aiokafka_ceiling(self.kafka.bootstrap_servers, topic, messages)
+            return _drained(meter, meter.wall, rows)
+        self.prepare(source, work, topic, shape)
+        if source == BEFORE:
+            assert self.before is not None
+            with meter.measure():
+                done = self.before.drain(self.kafka.bootstrap_servers)
+            counts, seconds = done["counts"], done["seconds"]
+            meter.used["python"] = done["python_cpu"]
+        else:
+            with meter.measure():
+                counts = trio.run(run_once, self.cfgs[source], Job.OUTBOX_RELAY)
+            seconds = meter.wall
+        assert counts["published"] == rows and counts["failed"] == 0, (source, counts)
+        check_landed(self.kafka, topic, work)
+        if source != "logical":  # the logical source marks nothing published
+            assert published(self.dsn(source), topic) == rows
+        drained = _drained(meter, seconds, rows)
+        drained["cpu"]["after"] = self.after(self.dsn(source)) / rows
+        return drained
+
+    def after(self, dsn: str) -> float:
+        """PostgreSQL CPU ms of a VACUUM of the outbox and a CHECKPOINT: the dead row
+        versions and the dirty pages a drain left behind (autovacuum is off on the
+        outbox here)."""
+        meter = CpuMeter({"postgres": self.pg.pid}, self.settled)
+        with meter.measure(), psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM messenger.integration_outbox")
+            conn.execute("CHECKPOINT")
+        return 1000 * meter.used["postgres"]
 
 
-class Workload:
-    """The rows of one topic: keys, compact JSON payloads of ~600 bytes, headers."""
-
-    def __init__(self, rows: int, keys: int, seed: int = 6) -> None:
-        rng = random.Random(seed)
-        self.keys = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(keys)]
-        self.rows: list[tuple[str, str, dict[str, Any]]] = []  # (key, dedupe key, payload)
-        base = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
-        for _ in range(rows):
-            key = rng.choice(self.keys)
-            rid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-            started = base + dt.timedelta(seconds=rng.randrange(10**6))
-            payload: dict[str, Any] = {
-                "RecordingId": rid, "SessionKind": "Direct", "SessionId": key,
-                "ChatId": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                "DealId": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                "TenantId": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                "MediaType": "Audio", "FileId": f"call-recordings/{rid}", "Format": "Ogg",
-                "DurationSeconds": rng.randrange(5, 3600), "SizeBytes": rng.randrange(10**7),
-                "Trigger": "Manual", "StartedAt": _iso(started),
-                "EndedAt": _iso(started + dt.timedelta(minutes=30)),
-                "AvailableAt": _iso(started + dt.timedelta(minutes=31)),
-                "Title": "",
-            }
-            payload["Title"] = "r" * max(0, 600 - len(_compact(payload)))
-            self.rows.append((key, rid, payload))
-
-    def value_bytes(self) -> float:
-        return statistics.mean(len(_compact(p)) for _, _, p in self.rows)
-
-    def messages(self, topic: str, run_id: str) -> list[tuple[bytes, bytes, list[Any]]]:
-        """(key, value, headers) as the relay sends them."""
-        out = []
-        for key, dedupe, payload in self.rows:
-            headers = json.loads(event_headers(topic, dedupe, EVENT_TYPE, run_id, SOURCE))
-            out.append((key.encode(), _compact(payload).encode(),
-                        [(k, str(v).encode()) for k, v in headers.items()]))
-        return out
-
-    def insert(self, dsn: str, topic: str, run_id: str) -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE messenger.integration_outbox,"
-                         " safetynet.outbox_dead_letters")
-            with conn.cursor() as cur, cur.copy(COPY) as copy:
-                for key, dedupe, payload in self.rows:
-                    copy.write_row((topic, key, dedupe, EVENT_TYPE, json.dumps(payload),
-                                    event_headers(topic, dedupe, EVENT_TYPE, run_id, SOURCE)))
-            conn.execute("VACUUM ANALYZE messenger.integration_outbox")
+def _drained(meter: CpuMeter, seconds: float, rows: int) -> dict[str, Any]:
+    return {"seconds": seconds, "rate": rows / seconds,
+            "cpu": {k: 1000 * v / rows for k, v in meter.used.items()} | {"after": 0.0}}
 
 
-def _iso(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+# ------------------------------------------------------------------------------ rounds
 
 
-def _compact(payload: dict[str, Any]) -> str:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+def one_round(bench: Bench, work: Workload, shape: str, n: int,
+              sources: list[str]) -> dict[str, dict[str, Any]]:
+    """aiokafka, each source (rotated by *n*), aiokafka; each source's ratio to the mean
+    of the two aiokafka drains."""
+    order = sources[n % len(sources):] + sources[:n % len(sources)]
+    out = {}
+    first = bench.drain(AIOKAFKA, work, shape, f"{shape}.aiokafka-first{n}")
+    for source in order:
+        out[source] = bench.drain(source, work, shape, f"{shape}.{source}{n}")
+    last = bench.drain(AIOKAFKA, work, shape, f"{shape}.aiokafka-last{n}")
+    ceiling = len(work.rows) / ((first["seconds"] + last["seconds"]) / 2)
+    for result in out.values():
+        result["ratio"] = result["rate"] / ceiling
+    out[AIOKAFKA] = first | {"rate": ceiling, "ratio": 1.0, "order": order}
+    return out
 
 
-def make_config(dsn: str, kafka: KafkaServer, source: str = "table") -> Config:
-    return config_from_dict({
-        "postgres": {"dsn": dsn},
-        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "client_id": "bench-relay"},
-        "outbox_relay": {"batch_size": 500, "poll_interval": "1s", "source": source},
-    })
+def summary(shape: str, rounds: list[dict[str, dict[str, Any]]], rows: int) -> list[str]:
+    sources = [s for s in (AIOKAFKA, *SOURCES, BEFORE) if s in rounds[0]]
+    lines = [f"\nshape {shape} ({SHAPE_NAMES[shape]}), {rows} rows, {len(rounds)} rounds;"
+             " orders: " + "; ".join(" ".join(r[AIOKAFKA]["order"]) for r in rounds),
+             f"  {'source':13}{'events/s median (min-max)':>27}{'ratio to aiokafka':>19}"
+             "   CPU ms/event: python postgres  +after  target"]
+    median: dict[str, dict[str, float]] = {}
+    for source in sources:
+        rates = [r[source]["rate"] for r in rounds]
+        ratios = [r[source]["ratio"] for r in rounds]
+        cpu = {k: statistics.median(r[source]["cpu"].get(k, 0.0) for r in rounds)
+               for k in ("python", "postgres", "after")}
+        median[source] = {"ratio": statistics.median(ratios), **cpu}
+        target = ""
+        if source in RATIO_TARGETS:
+            goal = RATIO_TARGETS[source]
+            target = f">= {goal}: {OK[median[source]['ratio'] >= goal]}"
+        lines.append(f"  {source:13}{statistics.median(rates):>11.0f} ({min(rates):.0f}-"
+                     f"{max(rates):.0f})  {median[source]['ratio']:>6.2f} ({min(ratios):.2f}-"
+                     f"{max(ratios):.2f}){cpu['python']:>19.3f}{cpu['postgres']:>9.3f}"
+                     f"{cpu['after']:>9.3f}  {target}")
+    for n, r in enumerate(rounds, 1):
+        lines.append(f"    round {n}: aiokafka {r[AIOKAFKA]['rate']:.0f}/s; " + "; ".join(
+            f"{s} {r[s]['rate']:.0f}/s {r[s]['ratio']:.2f} pg {r[s]['cpu']['postgres']:.3f}"
+            f"+{r[s]['cpu']['after']:.3f}" for s in r[AIOKAFKA]["order"]))
+    if "table" in median and BEFORE in median:
+        lines.append(f"  table >= the relay before the split (median ratio"
+                     f" {median['table']['ratio']:.2f} vs {median[BEFORE]['ratio']:.2f}):"
+                     f" {OK[median['table']['ratio'] >= median[BEFORE]['ratio']]}")
+    if "table" in median and "logical" in median and median["table"]["postgres"]:
+        lines.append(_pg_share(median["logical"], median["table"]))
+    return lines
 
 
-def published(dsn: str, topic: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM messenger.integration_outbox"
-                           " WHERE topic = %s AND published_at IS NOT NULL", (topic,)).fetchone()
-    assert row is not None
-    return int(row[0])
+def _pg_share(logical: dict[str, float], table: dict[str, float]) -> str:
+    """PostgreSQL CPU per event, logical / table: the drains, and with the VACUUM and
+    CHECKPOINT after each (the target is on the latter)."""
+    drains = logical["postgres"] / table["postgres"]
+    whole = ((logical["postgres"] + logical["after"])
+             / (table["postgres"] + table["after"]))
+    return (f"  PostgreSQL CPU per event, logical / table: drains {logical['postgres']:.3f}"
+            f" / {table['postgres']:.3f} ms = {drains:.2f}; with what each leaves"
+            f" {logical['postgres'] + logical['after']:.3f} /"
+            f" {table['postgres'] + table['after']:.3f} ms = {whole:.2f}"
+            f"  target <= 1/3: {OK[whole <= 1 / 3]}")
 
 
-def check_landed(kafka: KafkaServer, topic: str, work: Workload) -> None:
-    """Every row is on the topic exactly once, each key's rows in id order.
-
-    (Read back, not from end offsets: Tansu's ListOffsets answers the last batch's base
-    offset + 1, not the high watermark.)"""
-    messages = read_topic(kafka.bootstrap_servers, topic, expect=len(work.rows), timeout=60)
-    got: dict[str, list[str]] = {}
-    for m in sorted(messages, key=lambda m: (m.partition, m.offset)):
-        assert m.key is not None
-        got.setdefault(m.key, []).append(m.value["RecordingId"])
-    want: dict[str, list[str]] = {}
-    for key, dedupe, _ in work.rows:
-        want.setdefault(key, []).append(dedupe)
-    assert len(messages) == len(work.rows) and got == want, (len(messages), len(work.rows))
+# ------------------------------------------------------------------------------ latency
 
 
-# ------------------------------------------------------------------------------ ceiling
-
-
-def aiokafka_ceiling(bootstrap: str, topic: str,
-                     messages: list[tuple[bytes, bytes, list[Any]]]) -> tuple[float, float]:
-    """(seconds start-to-stop, seconds first send to last ack) with aiokafka alone."""
-    from aiokafka import AIOKafkaProducer
-
-    async def produce() -> tuple[float, float]:
-        t0 = time.perf_counter()
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="bench-ceiling",
-                                    **PRODUCER_SETTINGS)
-        await producer.start()
-        try:
-            t1 = time.perf_counter()
-            futures = [await producer.send(topic, value, key=key, headers=headers)
-                       for key, value, headers in messages]
-            await asyncio.gather(*futures)
-            t2 = time.perf_counter()
-        finally:
-            await producer.stop()
-        return time.perf_counter() - t0, t2 - t1
-
-    return asyncio.run(produce())
-
-
-def ack_floor(bootstrap: str, topic: str, sizes: tuple[int, ...] = (1, 25, 200),
-              repeats: int = 60) -> dict[int, tuple[float, float]]:
-    """aiokafka alone, the relay's producer settings: *repeats* sends of n messages (600
-    bytes, distinct keys) each awaited before the next; (p50, p90) ms per n. The broker's
-    ack of one wave: a trickle event waits for about two of them (the wave on the wire
-    when it is claimed, then its own), plus its claim and the mark."""
-    from aiokafka import AIOKafkaProducer
-
-    async def measure() -> dict[int, tuple[float, float]]:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="bench-ack",
-                                    **PRODUCER_SETTINGS)
-        await producer.start()
-        try:
-            out = {}
-            for n in sizes:
-                times = []
-                for i in range(repeats):
-                    t = time.perf_counter()
-                    futures = [await producer.send(topic, b"x" * 600, key=f"{i}-{j}".encode())
-                               for j in range(n)]
-                    await asyncio.gather(*futures)
-                    times.append(1000 * (time.perf_counter() - t))
-                out[n] = (percentile(times, 0.5), percentile(times, 0.9))
-            return out
-        finally:
-            await producer.stop()
-
-    return asyncio.run(measure())
-
-
-# ------------------------------------------------------------------------------ relay
-
-
-def relay_round(cfg: Config, kafka: KafkaServer, servers: dict[str, int | None],
-                work: Workload, tag: str, n: int, partitions: int) -> dict[str, Any]:
+async def trickle(cfg: Config, rows: list[Any], rate: float, writers: int,
+                  per_txn: int) -> tuple[list[float], float, int]:
+    """Commit-to-ack (ms) per event through the daemon's relay, the rate reached, and the
+    acknowledgements repeated."""
     dsn = cfg.postgres.dsn.reveal()
-    rows = len(work.rows)
-    topics = {k: f"bench.outbox-relay.{tag}.{k}{n}" for k in ("before", "relay", "after")}
-    for topic in topics.values():
-        kafka.create_topic(topic, partitions)
-    run_id = str(uuid.uuid4())
-    work.insert(dsn, topics["relay"], run_id)
-    result: dict[str, Any] = {}
-    for k in ("before", "relay", "after"):
-        messages = work.messages(topics[k], run_id)
-        meter = CpuMeter(servers)
-        with meter.measure():
-            if k == "relay":
-                counts = trio.run(run_once, cfg, Job.OUTBOX_RELAY)
-                assert counts["published"] == rows and counts["failed"] == 0, counts
-            else:
-                _, result[f"{k}_sends_s"] = aiokafka_ceiling(kafka.bootstrap_servers,
-                                                             topics[k], messages)
-        result[f"{k}_s"] = meter.wall
-        result[f"{k}_cpu"] = meter
-    check_landed(kafka, topics["relay"], work)
-    if cfg.outbox_relay.source == "table":  # the logical source marks nothing published
-        assert published(dsn, topics["relay"]) == rows
-    ceiling = rows / ((result["before_s"] + result["after_s"]) / 2)
-    result.update(rate=rows / result["relay_s"], ceiling=ceiling,
-                  ratio=rows / result["relay_s"] / ceiling)
-    return result
+
+    async with open_resources(cfg) as res, trio.open_nursery() as nursery:
+        acks = AckStamps(res.producer)
+        await nursery.start(serve_outbox_listener, dsn, res.wakeup)
+        await nursery.start(serve_lock_keeper, relay_locked_job(res), dsn)
+        listening = 0
+        while not listening:
+            listening = await trio.to_thread.run_sync(_listening, dsn)
+            await trio.sleep(0.05)
+        warm, rows = rows[:5], rows[5:]
+        await trio.to_thread.run_sync(write_paced, dsn, warm, 50.0, 1, 1)
+        await acks.wait_for(len(warm), 10)
+        await trio.sleep(0.5)
+        stamps, reached = await trio.to_thread.run_sync(write_paced_elsewhere, dsn, rows,
+                                                        rate, writers, per_txn)
+        await acks.wait_for(len(warm) + len(rows), 60)
+        nursery.cancel_scope.cancel()
+    return [1000 * (acks.at[event] - committed) for event, committed in stamps], reached, \
+        acks.repeated
+
+
+def _listening(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+                           " 'safetynet-listen' AND query ILIKE 'LISTEN%%'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def latency(bench: Bench, sources: list[str], rates: list[float]) -> list[str]:
+    args = bench.args
+    counts = {rate: max(10, round(args.trickle * rate / 2000)) for rate in rates}
+    work = Workload(5 + max(counts.values()), args.keys, seed=8)
+    lines = [f"\ncommit-to-ack latency (daemon relay, LISTEN/NOTIFY; commit and ack stamped"
+             f" on this machine's clock; {args.writers} writer connections):",
+             f"  {'source':9}{'asked/s':>8}{'reached/s':>10}{'rows/txn':>9}{'events':>7}"
+             f"{'p50':>7}{'p90':>7}{'p99':>7}{'max':>8} ms  target"]
+    for rate in rates:
+        per_txn = args.txn_rows or (1 if rate <= 2500 else math.ceil(rate / 2000))
+        goal = 25.0 if rate <= 2000 else 100.0 if rate >= 10_000 else None
+        for source in sources:
+            topic = bench.topic(f"trickle.{source}.{rate:.0f}")
+            bench.prepare(source, None, topic, "copy")
+            rows = trickle_rows(work, topic, 5 + counts[rate])
+            ms, reached, repeated = trio.run(trickle, bench.cfgs[source], rows, rate,
+                                             args.writers, per_txn)
+            p99 = percentile(ms, 0.99)
+            target = "" if goal is None else f"p99 < {goal:.0f} ms: {OK[p99 < goal]}"
+            if goal is not None and reached < 0.95 * rate:
+                target += " (rate not reached)"
+            if repeated:
+                target += f"; {repeated} acks repeated"
+            lines.append(f"  {source:9}{rate:8.0f}{reached:10.0f}{per_txn:9d}{len(ms):7d}"
+                         f"{percentile(ms, 0.5):7.1f}{percentile(ms, 0.9):7.1f}{p99:7.1f}"
+                         f"{max(ms):8.1f}     {target}")
+            print(f"  latency {source} at {rate:.0f}/s done, load {os.getloadavg()[0]:.2f}",
+                  file=sys.stderr)
+    return lines
+
+
+# ------------------------------------------------------------------------------ profile
 
 
 class TimedProducer:
@@ -345,6 +421,7 @@ async def timed_drain(cfg: Config) -> tuple[float, TimedDatabase, TimedProducer]
 
 INCLUSIVE = (
     "run_relay_cycle", "run_claimer", "claim_batch", "parse_claimed", "parse_row",
+    "run_logical_pipeline", "peek_slot", "advance_slot", "transactions",
     "run_publisher", "Window.next_wave", "send_wave", "_send_wave", "AIOKafkaProducer.send",
     "run_marker", "mark_answered", "work", "to_thread_run_sync", "run_asyncio",
     "check_connection", "Transaction.__exit__", "dumps", "event_id", "_sender_routine",
@@ -352,16 +429,16 @@ INCLUSIVE = (
 )
 
 
-def profile(cfg: Config, kafka: KafkaServer, work: Workload, tag: str, partitions: int,
+def profile(bench: Bench, work: Workload, source: str, shape: str,
             base_dir: Path) -> list[str]:
-    dsn = cfg.postgres.dsn.reveal()
-    rows = len(work.rows)
-    lines = [f"\nwhere the time goes, relay drain of {rows} rows (each pass on a fresh topic):"]
-    topic = f"bench.outbox-relay.{tag}.timed"
-    kafka.create_topic(topic, partitions)
-    work.insert(dsn, topic, str(uuid.uuid4()))
+    cfg, rows = bench.cfgs[source], len(work.rows)
+    lines = [f"\nwhere the time goes, {source} source, a drain of {rows} rows ({shape} shape,"
+             " each pass on a fresh topic):"]
+    topic = bench.topic(f"timed.{shape}.{source}")
+    bench.prepare(source, work, topic, shape)
     seconds, db, producer = trio.run(timed_drain, cfg)
-    assert published(dsn, topic) == rows
+    if source == "table":
+        assert published(bench.pg.dsn, topic) == rows
     sizes = Counter(min(w, 500) // 100 * 100 for w in producer.waves)
     n = len(producer.waves)
     lines.append(
@@ -374,104 +451,18 @@ def profile(cfg: Config, kafka: KafkaServer, work: Workload, tag: str, partition
                  f" ms/wave); {1000 * producer.wall / rows:.3f} ms/event")
     lines += db.report(rows, "event")
     lines.append(f"  accounted: {producer.wall + sum(s[1] for s in db.stats.values()):.2f} s"
-                 f" of {seconds:.2f} s (the rest: waves(), parse_row(), Trio)")
+                 f" of {seconds:.2f} s (the rest: waves(), parsing, Trio)")
     if not py_spy_available():
         lines.append("2) py-spy not installed (pip install py-spy): no CPU profile")
         return lines
-    topic = f"bench.outbox-relay.{tag}.sampled"
-    kafka.create_topic(topic, partitions)
-    work.insert(dsn, topic, str(uuid.uuid4()))
-    with py_spy(base_dir / "py-spy-relay.txt") as raw:
+    topic = bench.topic(f"sampled.{shape}.{source}")
+    bench.prepare(source, work, topic, shape)
+    with py_spy(base_dir / f"py-spy-relay-{shape}-{source}.txt") as raw:
         seconds, _, _ = trio.run(timed_drain, cfg)
     lines.append(f"2) py-spy, samples of the GIL holder ({rows / seconds:.0f} events/s while"
                  " sampled):")
     lines += py_spy_report(raw, rows, "event", inclusive=INCLUSIVE)
     return lines
-
-
-# ------------------------------------------------------------------------------ latency
-
-
-def insert_paced(dsn: str, work: Workload, topic: str, count: int, rate: float,
-                 writers: int = 1) -> float:
-    """Commit *count* single-row INSERTs, one per transaction, at *rate* per second in
-    all, spread over *writers* connections (each paced at rate / writers); the rate
-    reached (lower when commits take longer than the pace allows)."""
-    run_id = str(uuid.uuid4())
-    rows = work.rows[:count]
-    started = time.perf_counter()
-
-    def write(first: int) -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for i in range(first, len(rows), writers):
-                key, dedupe, payload = rows[i]
-                delay = started + i / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                conn.execute(
-                    "INSERT INTO messenger.integration_outbox (topic, message_key,"
-                    " dedupe_key, event_type, payload, headers) VALUES (%s, %s, %s, %s, %s,"
-                    " %s)", (topic, key, f"{dedupe}-{topic}", EVENT_TYPE, json.dumps(payload),
-                             event_headers(topic, dedupe, EVENT_TYPE, run_id, SOURCE)))
-
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return count / (time.perf_counter() - started)
-
-
-def insert_paced_elsewhere(dsn: str, work: Workload, topic: str, count: int, rate: float,
-                           writers: int) -> float:
-    """:func:`insert_paced` in a spawned process: the writers' Python does not take the
-    GIL from the relay under test (in-process, four writer threads reached only ~1,100
-    of 2,000 commits/s and slowed the relay they measured)."""
-    spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
-        return pool.submit(insert_paced, dsn, work, topic, count, rate, writers).result()
-
-
-async def trickle(cfg: Config, work: Workload, topic: str, count: int,
-                  rate: float, writers: int) -> tuple[list[float], float]:
-    dsn = cfg.postgres.dsn.reveal()
-
-    async def poll(check: Any, limit: float) -> None:
-        """Poll the database (another process's state) until *check* holds."""
-        with trio.fail_after(limit):
-            while True:
-                if await trio.to_thread.run_sync(check):
-                    return
-                await trio.sleep(0.05)
-
-    async def wait_published(expected: int, limit: float) -> None:
-        await poll(lambda: published(dsn, topic) >= expected, limit)
-
-    async with open_resources(cfg) as res, trio.open_nursery() as nursery:
-        await nursery.start(serve_outbox_listener, dsn, res.wakeup)
-        await nursery.start(serve_lock_keeper, relay_locked_job(res), dsn)
-        await poll(lambda: _listening(dsn), 10)
-        warm = Workload(5, 5, seed=7)
-        await trio.to_thread.run_sync(insert_paced, dsn, warm, topic, 5, 50.0)
-        await wait_published(5, 10)
-        await trio.sleep(0.5)
-        reached = await trio.to_thread.run_sync(insert_paced_elsewhere, dsn, work, topic,
-                                                count, rate, writers)
-        await wait_published(5 + count, 30)
-        nursery.cancel_scope.cancel()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        records = conn.execute(
-            "SELECT extract(epoch FROM published_at - created_at) FROM"
-            " messenger.integration_outbox WHERE topic = %s ORDER BY id OFFSET 5",
-            (topic,)).fetchall()
-    return [float(r[0]) for r in records], reached
-
-
-def _listening(dsn: str) -> bool:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name ="
-                           " 'safetynet-listen' AND query ILIKE 'LISTEN%%'").fetchone()
-    return bool(row and row[0])
 
 
 # ------------------------------------------------------------------------------ main
@@ -480,72 +471,61 @@ def _listening(dsn: str) -> bool:
 def run(pg: PostgresServer, kafka: KafkaServer, args: argparse.Namespace,
         base_dir: Path) -> None:
     install_demo(pg.dsn)
-    cfg = make_config(pg.dsn, kafka, args.source)
-    if args.source == "logical":
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
-            ensure_logical_source(conn, source_of(cfg.outbox_relay))
-            write_source(conn, "logical", None)  # the outbox is empty: nothing to hand over
-    tag = uuid.uuid4().hex[:8]
+    bench = Bench(pg, kafka, args, base_dir)
     work = Workload(args.rows, args.keys)
     gc.freeze()  # as `safetynet run` does at start; the bench's own rows are not the relay's
-    servers = {"postgres": pg.pid, "tansu": kafka.pid}
     import aiokafka
 
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         version = conn.execute("SELECT version()").fetchone()[0].split(" on ")[0]  # type: ignore[index]
     print(f"{version} | Tansu (memory) | aiokafka {aiokafka.__version__} | psycopg"
           f" {psycopg.__version__} | trio {trio.__version__} | {os.cpu_count()} CPUs, load"
-          f" {os.getloadavg()[0]:.2f}")
+          f" {os.getloadavg()[0]:.2f} | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"rows={args.rows} keys={args.keys} value {work.value_bytes():.0f} B + 5 headers,"
-          f" topics bench.outbox-relay.{tag}.* with {args.partitions} partitions,"
-          f" batch_size {cfg.outbox_relay.batch_size}, rounds={args.rounds},"
-          f" source {args.source}")
-
-    rounds = []
+          f" topics bench.outbox-relay.{bench.tag}.* with {args.partitions} partitions,"
+          f" batch_size {bench.cfgs['table'].outbox_relay.batch_size}, rounds={args.rounds},"
+          f" sources {','.join(args.sources)}{' + before-split' if args.before_split else ''},"
+          f" shapes {','.join(args.shapes)} ({len(work.groups)} transactions when small)")
+    drained = [*args.sources, *([BEFORE] if args.before_split else [])]
+    results: dict[str, list[dict[str, dict[str, Any]]]] = {s: [] for s in args.shapes}
+    loads = []
     for n in range(args.rounds):
-        rounds.append(relay_round(cfg, kafka, servers, work, tag, n, args.partitions))
-        print(f"  round {n + 1} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    latencies: list[float] = []
-    reached = 0.0
-    if args.source == "table":  # latency from published_at: the table source only
-        topic = f"bench.outbox-relay.{tag}.trickle"
-        kafka.create_topic(topic, args.partitions)
-        latencies, reached = trio.run(trickle, cfg, work, topic, min(args.trickle, args.rows),
-                                      args.rate, args.writers)
-    floor_topic = f"bench.outbox-relay.{tag}.ack"
-    kafka.create_topic(floor_topic, args.partitions)
-    floor = ack_floor(kafka.bootstrap_servers, floor_topic)
-
-    print(f"\n{'DRAIN':8}{'relay s':>8}{'events/s':>9}{'aiokafka s before/after':>24}"
-          f"{'(sends only)':>14}{'ceiling/s':>10}{'ratio':>6}   CPU ms per event: relay |"
-          " aiokafka")
-    for n, r in enumerate(rounds, 1):
-        print(f"round {n:<2}{r['relay_s']:8.2f}{r['rate']:9.0f}{r['before_s']:14.2f} /"
-              f"{r['after_s']:5.2f}{r['before_sends_s']:9.2f} /{r['after_sends_s']:4.2f}"
-              f"{r['ceiling']:10.0f}{r['ratio']:6.2f}   "
-              f"{r['relay_cpu'].per_item(args.rows, ('python', 'postgres', 'tansu'))} | "
-              f"{r['before_cpu'].per_item(args.rows, ('python', 'tansu'))}")
-    ratios = [r["ratio"] for r in rounds]
-    ok = {True: "ok", False: "MISSED"}
-    print(f"\nrelay events/s {spread([r['rate'] for r in rounds])}; aiokafka alone events/s"
-          f" {spread([r['ceiling'] for r in rounds])}")
-    print(f"ratio (relay/aiokafka) {spread(ratios, '{:.2f}')}"
-          f"  target >= 0.8: {ok[statistics.median(ratios) >= 0.8]}")
-    if latencies:
-        ms = [1000 * x for x in latencies]
-        p99 = percentile(ms, 0.99)
-        print(f"commit-to-ack latency, {len(ms)} events at {args.rate:.0f}/s (reached"
-              f" {reached:.0f}/s; daemon relay, LISTEN/NOTIFY): p50"
-              f" {percentile(ms, 0.5):.1f} ms, p90 {percentile(ms, 0.9):.1f} ms,"
-              f" p99 {p99:.1f} ms, max {max(ms):.1f} ms  target p99 < 50 ms:"
-              f" {ok[p99 < 50]}")
-    else:
-        print("commit-to-ack latency: not measured in the logical source (it writes no"
-              " published_at)")
+        for shape in args.shapes:
+            results[shape].append(one_round(bench, work, shape, n, drained))
+            loads.append(os.getloadavg()[0])
+            print(f"  round {n + 1} {shape} done, load {loads[-1]:.2f}", file=sys.stderr)
+    for shape in args.shapes:
+        print("\n".join(summary(shape, results[shape], args.rows)))
+    print(f"  (load average during the rounds: {min(loads):.1f}-{max(loads):.1f})")
+    print("\n".join(latency(bench, args.sources, args.rates or [args.rate])))
+    floor = ack_floor(kafka.bootstrap_servers, bench.topic("ack"))
     print("broker ack of one send of n messages, aiokafka alone, idle (p50 / p90 ms): "
           + ", ".join(f"n={n}: {p50:.1f} / {p90:.1f}" for n, (p50, p90) in floor.items()))
-    if args.profile != "none" and args.source == "table":
-        print("\n".join(profile(cfg, kafka, work, tag, args.partitions, base_dir)))
+    if args.profile != "none":
+        for shape in args.shapes:
+            for source in args.sources:
+                print("\n".join(profile(bench, work, source, shape, base_dir)))
+
+
+def _names(allowed: tuple[str, ...]) -> Any:
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if n not in allowed]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"{text!r}: pick from {', '.join(allowed)}")
+        return names
+    return parse
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(r) for r in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: rates per second, comma-separated"
+                                         ) from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: rates must be positive")
+    return rates
 
 
 def main() -> None:
@@ -554,14 +534,22 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="message keys (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--partitions", type=int, default=3, help="per topic (default 3)")
+    parser.add_argument("--sources", type=_names(SOURCES), default=list(SOURCES),
+                        help="the relay's sources, comma-separated (default table,logical)")
+    parser.add_argument("--shapes", type=_names(SHAPES), default=list(SHAPES),
+                        help="transaction shapes of the rows (default copy,small)")
+    parser.add_argument("--before-split", action="store_true",
+                        help="also drain with the relay before the pipeline split")
     parser.add_argument("--trickle", type=int, default=6000,
-                        help="latency events (default 6000)")
+                        help="latency events at 2,000/s, scaled to the rate (default 6000)")
     parser.add_argument("--rate", type=float, default=2000.0, help="latency events/s (2000)")
+    parser.add_argument("--rates", type=_rates, default=None,
+                        help="latency at each of these rates, e.g. 2000,10000")
     parser.add_argument("--writers", type=int, default=4,
                         help="connections committing the trickle (default 4)")
+    parser.add_argument("--txn-rows", type=int, default=0,
+                        help="trickle rows per transaction (default: 1 up to 2,500/s)")
     parser.add_argument("--profile", choices=("relay", "none"), default="relay")
-    parser.add_argument("--source", choices=("table", "logical"), default="table",
-                        help="the relay's source (logical: a slot through pgoutput)")
     args = parser.parse_args()
     configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
     base_dir = Path(tempfile.mkdtemp(prefix="bench-relay-"))

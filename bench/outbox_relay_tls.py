@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.kafka.security import client_security
 from bench._measure import spread
-from bench.outbox_relay import Workload
+from bench._relay_workload import Workload
 from supervision.app.daemon import run_once
 from supervision.app.settings import Config, config_from_dict
 from supervision.db.migrate import install_demo
