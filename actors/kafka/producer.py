@@ -38,7 +38,7 @@ import enum
 import functools
 import ssl
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 from aiokafka import AIOKafkaProducer
@@ -99,8 +99,10 @@ class OutMessage:
     headers: tuple[tuple[str, bytes], ...]
 
 
-@attrs.frozen
-class SendResult:
+class SendResult(NamedTuple):
+    """One message's outcome (a tuple: built once per message on the relay's path, where
+    a frozen attrs class's ``__init__`` cost a tenth of the logical source's Python)."""
+
     outbox_id: int
     delivery: Delivery
     error: str | None = None

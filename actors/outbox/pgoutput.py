@@ -34,9 +34,11 @@ import attrs
 from supervision.errors import SafetynetError
 
 __all__ = ["UNCHANGED", "Begin", "Column", "Commit", "Insert", "Message", "PgOutputError",
-           "Relation", "Skipped", "Unchanged", "decode", "format_lsn"]
+           "Relation", "Skipped", "Unchanged", "begin_fields", "commit_end", "decode",
+           "epoch_seconds", "format_lsn"]
 
 PG_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)  # pgoutput's timestamps count from here
+PG_EPOCH_UNIX: Final = PG_EPOCH.timestamp()
 SKIPPED_TAGS: Final = frozenset(b"OYUDTM")  # Origin, Type, Update, Delete, Truncate, Message
 
 _BEGIN = struct.Struct("!qqI")  # final LSN, commit time (µs since 2000), xid
@@ -200,6 +202,29 @@ def decode(data: bytes) -> Message:
     message = parse(reader)
     reader.done()
     return message
+
+
+def begin_fields(data: bytes) -> tuple[int, int] | None:
+    """A Begin's final LSN and commit time (µs since 2000) without building a message —
+    on the relay's path once per transaction; None when *data* is not a well-formed Begin
+    (:func:`decode` then says why)."""
+    if data[:1] != b"B" or len(data) != 1 + _BEGIN.size:
+        return None
+    final_lsn, micros, _ = _BEGIN.unpack_from(data, 1)
+    return final_lsn, micros
+
+
+def commit_end(data: bytes) -> int | None:
+    """A Commit's end LSN without building a message; None when *data* is not a
+    well-formed Commit."""
+    if data[:1] != b"C" or len(data) != 1 + _COMMIT.size:
+        return None
+    return int(_COMMIT.unpack_from(data, 1)[2])
+
+
+def epoch_seconds(micros: int) -> float:
+    """pgoutput's timestamp (µs since 2000-01-01 UTC) as seconds since the Unix epoch."""
+    return PG_EPOCH_UNIX + micros / 1_000_000
 
 
 def _begin(r: _Reader) -> Begin:

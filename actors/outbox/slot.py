@@ -27,20 +27,22 @@ import math
 import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import attrs
 
 from actors.outbox.pgoutput import (
+    PG_EPOCH,
     UNCHANGED,
-    Begin,
-    Commit,
     Insert,
     PgOutputError,
     Relation,
     Unchanged,
+    begin_fields,
+    commit_end,
     decode,
+    epoch_seconds,
     format_lsn,
 )
 from actors.outbox.rows import Malformed, Row, json_type, object_row, parse_claimed
@@ -57,9 +59,18 @@ class Txn:
     (:meth:`decode`), so a large transaction is handed on in pieces while it is read."""
 
     end_lsn: int
-    commit_time: datetime
+    commit_micros: int  # the commit time as pgoutput sends it: µs since 2000-01-01 UTC
     inserts: list[tuple[bytes, list[int]]]  # (pgoutput Insert, the relay's column positions)
     max_row_bytes: int
+
+    @property
+    def commit_time(self) -> datetime:
+        return PG_EPOCH + timedelta(microseconds=self.commit_micros)
+
+    @property
+    def committed_at(self) -> float:
+        """The commit time in seconds since the Unix epoch (the delivery histogram's)."""
+        return epoch_seconds(self.commit_micros)
 
     @property
     def rows(self) -> list[Row | Malformed]:
@@ -94,23 +105,28 @@ def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
     current: Txn | None = None
     skipping = False  # in a transaction read already (its commit is before *after*)
     for lsn, data in records:
-        if data[:1] == b"I":
+        tag = data[:1]
+        if tag == b"I":
             if not skipping:
                 positions = _insert_positions(relations, lsn, data)
                 if positions is not None and current is not None:
                     current.inserts.append((data, positions))
             continue
-        message = decode(data)
-        if isinstance(message, Begin):
-            skipping = message.final_lsn < after
-            current = None if skipping else Txn(0, message.commit_time, [], max_row_bytes)
-        elif isinstance(message, Commit):
+        begin = begin_fields(data) if tag == b"B" else None
+        end_lsn = commit_end(data) if tag == b"C" else None
+        if begin is None and end_lsn is None:  # anything else, or a malformed one
+            message = decode(data)
+            if isinstance(message, Relation):
+                relations[message.relation_id] = _positions(message)
+            continue
+        if begin is not None:
+            skipping = begin[0] < after
+            current = None if skipping else Txn(0, begin[1], [], max_row_bytes)
+        else:
             if current is not None:
-                current.end_lsn = message.end_lsn
+                current.end_lsn = end_lsn or 0
                 done.append(current)
             current = None
-        elif isinstance(message, Relation):
-            relations[message.relation_id] = _positions(message)
     return done
 
 

@@ -162,7 +162,7 @@ async def _unsettled_rows(cycle: SlotCycle, piece: Piece) -> list[Row | Malforme
         decoded = txn.decode(span.start, span.stop)
         done = cycle.progress.add(txn.end_lsn, [row.id for row in decoded],
                                   complete=span.stop == len(txn.inserts))
-        committed = txn.commit_time.timestamp()
+        committed = txn.committed_at
         for row in decoded:
             if row.id not in done:
                 rows.append(row)
