@@ -166,7 +166,10 @@ def _slot_released(conn: psycopg.Connection[Any], slot: str, limit_s: float = 10
 def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[OutboxRow], shape: str,
                 groups: Sequence[int]) -> None:
     """Commit *rows* on an autocommit connection in *shape*: ``copy`` one COPY (one
-    transaction); ``small`` one transaction per group of *groups* rows, pipelined."""
+    transaction); ``small`` one transaction per group of *groups* rows, pipelined. The
+    commits are durable (``synchronous_commit = on``, PostgreSQL's default and the
+    messenger's; the test server's is off): a walsender sends only flushed WAL."""
+    conn.execute("SET synchronous_commit = on")
     if shape == "copy":
         with conn.cursor() as cur, cur.copy(COPY) as copy:
             for row in rows:
@@ -286,6 +289,7 @@ def write_paced(dsn: str, rows: list[tuple[OutboxRow, str]], rate: float, writer
 
     def write(first: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = on")  # as insert_rows: durable commits
             for t in range(first, len(txns), writers):
                 delay = started + t * per_txn / rate - time.perf_counter()
                 if delay > 0:
