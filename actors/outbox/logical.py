@@ -174,7 +174,7 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
                     await send_claim(claims, Claim([], 0, at=at))
                     return
                 continue
-            if not await hand_on(cycle, txns, at, behind, batch_size, in_hand, claims):
+            if not await hand_on(cycle, txns, at, batch_size, in_hand, claims):
                 return
 
 

@@ -2,7 +2,7 @@
 progress, and how read transactions are handed on to the publisher.
 
 >>> cycle = SlotCycle(db, source, job.state.slot)
->>> await hand_on(cycle, txns, at, behind, batch_size, in_hand, claims)   # the readers
+>>> await hand_on(cycle, txns, at, batch_size, in_hand, claims)   # the readers
 >>> await cycle.advance()                                                # behind the fence
 
 Shared by the peek reader (:mod:`actors.outbox.logical`) and the stream reader
@@ -112,11 +112,13 @@ class SlotCycle:
                                        else SNAPSHOT_ASK_EVERY)
 
 
-async def hand_on(cycle: SlotCycle, txns: list[Txn], at: float, behind: bool,
-                  batch_size: int, in_hand: InHand,
-                  claims: trio.MemorySendChannel[Claim]) -> bool:
+async def hand_on(cycle: SlotCycle, txns: list[Txn], at: float, batch_size: int,
+                  in_hand: InHand, claims: trio.MemorySendChannel[Claim]) -> bool:
     """Hand *txns* on in pieces of at most *batch_size* events, each decoded when the rows
-    in hand leave room for it; False once the publisher is gone."""
+    in hand leave room for it; False once the publisher is gone. Every piece but the
+    last says another follows at once (``behind``: a small wave may wait a little for
+    it); after the last, the reader's next read may first wait for events to settle,
+    which only waves bring, so no wave waits for it."""
     for n, piece in enumerate(pieces(txns, batch_size)):
         if n:
             await in_hand.room()
@@ -124,7 +126,7 @@ async def hand_on(cycle: SlotCycle, txns: list[Txn], at: float, behind: bool,
         if rows:
             in_hand.add([row for row in rows if isinstance(row, Row)])
             if not await send_claim(claims, Claim(rows, len(rows), at=at,
-                                                  behind=behind or not piece.last)):
+                                                  behind=not piece.last)):
                 return False
     return True
 

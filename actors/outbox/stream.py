@@ -49,6 +49,7 @@ _XLOG = struct.Struct("!qqq")  # data start, WAL end, send time
 _KEEPALIVE = struct.Struct("!qqB")  # WAL end, send time, reply requested
 _STATUS = struct.Struct("!cqqqqB")  # 'r', written, flushed, applied, client time, reply
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in µs since the Unix epoch
+BUSY_WAIT = 2.0  # nothing from a walsender still catching up, before a read gives up
 IN_USE_WAIT = 2.0  # how long a slot in use is waited for before the cycle gives up
 IN_USE_POLL = 0.02
 
@@ -79,6 +80,7 @@ class SlotStream:
         self.wal_end = 0  # the server's WAL end as of the last message (all before it sent)
         self.confirmed = 0  # the position last confirmed to the server
         self.received = 0  # the LSN of the last change received
+        self.caught_up = 0  # the server sent everything before it (its keepalive's WAL end)
         self._pending: list[tuple[int, bytes]] = []  # received, not handed out yet
         self._closed = 0  # how many of them end with a Commit
 
@@ -99,11 +101,14 @@ class SlotStream:
         raise InfrastructureError(f"postgres: replication slot {source.slot} is in use by "
                                   "another session")
 
-    async def read(self, upto_n: int, idle: float) -> list[tuple[int, bytes]]:
+    async def read(self, upto_n: int, idle: float, until: int = 0) -> list[tuple[int, bytes]]:
         """The changes of the whole transactions received: once about *upto_n* changes
         have come, or as soon as nothing more has come in and at least one transaction
-        is whole, or after *idle* seconds with nothing (then maybe none). The changes of
-        a transaction not closed yet wait for the next read."""
+        is whole, or after *idle* seconds with nothing (then maybe none). While the
+        server has not said it sent everything up to the WAL position *until* (its
+        keepalive when it has caught up), nothing for up to :data:`BUSY_WAIT` is not
+        idle: it is still decoding (a large transaction comes whole, after its commit).
+        The changes of a transaction not closed yet wait for the next read."""
         while True:
             message = self._next()
             if message is None:
@@ -118,7 +123,8 @@ class SlotStream:
                 continue
             if self._closed:
                 return self._take()
-            with trio.move_on_after(idle) as waited:
+            wait = idle if self.caught_up >= until else BUSY_WAIT
+            with trio.move_on_after(wait) as waited:
                 await trio.lowlevel.wait_readable(self._conn.socket)
             if waited.cancelled_caught:
                 return self._take()
@@ -160,11 +166,12 @@ class SlotStream:
                 self.wal_end = max(self.wal_end, wal_end)
                 self.received = start
                 return start, raw[1 + _XLOG.size:]
-            if raw[:1] == b"k":
-                wal_end, _, reply = _KEEPALIVE.unpack_from(raw, 1)
+            if raw[:1] == b"k":  # answered always: our written position follows it, so a
+                # caught-up walsender sends one keepalive, not one per wake-up
+                wal_end, _, _ = _KEEPALIVE.unpack_from(raw, 1)
                 self.wal_end = max(self.wal_end, wal_end)
-                if reply:
-                    self._status(reply=False)
+                self.caught_up = max(self.caught_up, wal_end)
+                self._status(reply=False)
 
     def _consume(self) -> None:
         try:
@@ -174,7 +181,7 @@ class SlotStream:
 
     def _status(self, reply: bool) -> None:
         now = int(time.time() * 1_000_000) - PG_EPOCH_US
-        written = max(self.received, self.confirmed)
+        written = max(self.received, self.confirmed, self.caught_up)
         message = _STATUS.pack(b"r", written, self.confirmed, self.confirmed, now, reply)
         if self._conn.put_copy_data(message) != 1 or self._conn.flush() != 0:
             raise self._ended()

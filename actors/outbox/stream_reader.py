@@ -25,7 +25,7 @@ import trio
 from actors.outbox.messages import Claim
 from actors.outbox.slot import transactions
 from actors.outbox.slot_cycle import READ_BATCHES, ROOM_BATCHES, SlotCycle, hand_on, room_above_slot
-from actors.outbox.slot_io import slot_active
+from actors.outbox.slot_io import slot_active, wal_mark
 from actors.outbox.stream import SlotStream
 from actors.outbox.window import InHand
 from supervision.errors import InfrastructureError
@@ -43,11 +43,12 @@ async def read_stream(cycle: SlotCycle, dsn: str, batch_size: int, max_row_bytes
     """Hand on what the slot's stream sends until it is quiet; True when the cycle goes
     on with a peek, False when the reader stops (the publisher is gone, or events read
     above the slot stay for :data:`~actors.outbox.slot_cycle.OPEN_WAIT`)."""
+    until = (await cycle.db.run(wal_mark))[0]  # what the stream must reach before quiet
     stream = await SlotStream.open(dsn, cycle.source)
     cycle.stream = stream
     try:
-        going_on = await _hand_on_stream(cycle, stream, batch_size, max_row_bytes, deadline,
-                                         in_hand, claims)
+        going_on = await _hand_on_stream(cycle, stream, until, batch_size, max_row_bytes,
+                                         deadline, in_hand, claims)
         async with must_complete(), cycle.slot_lock:
             await cycle.advance_locked()  # through the stream, while it is open
             cycle.stream = None
@@ -60,9 +61,9 @@ async def read_stream(cycle: SlotCycle, dsn: str, batch_size: int, max_row_bytes
     return going_on
 
 
-async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, batch_size: int,
-                          max_row_bytes: int, deadline: float, in_hand: InHand,
-                          claims: trio.MemorySendChannel[Claim]) -> bool:
+async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, until: int,
+                          batch_size: int, max_row_bytes: int, deadline: float,
+                          in_hand: InHand, claims: trio.MemorySendChannel[Claim]) -> bool:
     relations: dict[int, list[int] | None] = {}  # the stream describes each relation once
     upto_n = READ_BATCHES * batch_size
     while trio.current_time() < deadline:
@@ -70,12 +71,11 @@ async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, batch_size: int,
         if not await room_above_slot(cycle, ROOM_BATCHES * batch_size):
             return False
         at = trio.current_time()
-        records = await stream.read(upto_n, STREAM_IDLE)
+        records = await stream.read(upto_n, STREAM_IDLE, until)
         if not records:
             return True
         txns = transactions(records, max_row_bytes, 0, relations)
-        if not await hand_on(cycle, txns, at, len(records) >= upto_n, batch_size, in_hand,
-                             claims):
+        if not await hand_on(cycle, txns, at, batch_size, in_hand, claims):
             return False
     return True
 
