@@ -107,7 +107,9 @@ class SlotStream:
         is whole, or after *idle* seconds with nothing (then maybe none). While the
         server has not said it sent everything up to the WAL position *until* (its
         keepalive when it has caught up), nothing for up to :data:`BUSY_WAIT` is not
-        idle: it is still decoding (a large transaction comes whole, after its commit).
+        idle: it is still decoding (a large transaction comes whole, after its commit);
+        nor is it after a change until the server's next keepalive (it sends one each time
+        it has caught up).
         The changes of a transaction not closed yet wait for the next read."""
         while True:
             message = self._next()
@@ -123,7 +125,9 @@ class SlotStream:
                 continue
             if self._closed:
                 return self._take()
-            wait = idle if self.caught_up >= until else BUSY_WAIT
+            # quiet only once the walsender said it sent everything (its keepalive) past
+            # what came last and past *until*; before that it is busy decoding
+            wait = idle if self.caught_up >= max(until, self.received) else BUSY_WAIT
             with trio.move_on_after(wait) as waited:
                 await trio.lowlevel.wait_readable(self._conn.socket)
             if waited.cancelled_caught:
