@@ -5,14 +5,15 @@ sends (:mod:`actors.outbox.stream`), as it comes, then a peek finishes the cycle
 ...                          claims):
 ...     return                       # the publisher is gone, or one held key keeps the slot
 
-The stream runs while changes keep coming; once nothing has come for :data:`STREAM_IDLE`
-(or at the cycle's deadline) the settled events are confirmed through it and it is closed,
-and the peek reader (:func:`actors.outbox.logical.run_slot_reader`) goes on: its first
-peek returns what came since (transactions read already are left out), or nothing, and
-then it moves an idle slot past the messenger's other WAL and ends the cycle as before.
-The stream leaves the slot free again before that peek (the walsender's exit is waited
-for). What the stream read and Kafka had not acknowledged when it closed stays above the
-slot's position: the peek reads it again and the progress knows it is in flight.
+The stream runs while changes keep coming; once the walsender has said it sent
+everything (its keepalive) and nothing more has come for :data:`STREAM_IDLE` (or at the
+deadline) the settled events are confirmed through it and it is closed, and the peek
+reader (:func:`actors.outbox.logical.run_slot_reader`) goes on: its first peek returns
+what came since (transactions read already are left out), or nothing, and then it moves
+an idle slot past the messenger's other WAL and ends the cycle as before. The stream
+leaves the slot free again before that peek (the walsender's exit is waited for). What
+the stream read and Kafka had not acknowledged when it closed stays above the slot's
+position: the peek reads it again and the progress knows it is in flight.
 
 What cancellation does: the stream is closed at once; what it had not confirmed is read
 again by a later cycle (at least once).
