@@ -21,13 +21,17 @@ import concurrent.futures
 import datetime as dt
 import json
 import multiprocessing
+import os
 import random
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 import trio
@@ -39,7 +43,11 @@ from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.slot_io import advance_slot, wal_mark
 from bench._measure import percentile
 from supervision.app.settings import Config, config_from_dict
+from supervision.db.migrate import install_demo
 from supervision.dev.kafka import KafkaServer
+from supervision.dev.postgres import PostgresServer
+from supervision.dev.processes import start_all, stop_all
+from supervision.logs import configure_logging
 from tests.messenger import read_topic
 
 EVENT_TYPE = "CallRecordingAvailable"
@@ -356,3 +364,39 @@ class AckStamps:
         with trio.fail_after(limit):
             while len(self.at) < count:
                 await self._answered.wait()
+
+
+V = TypeVar("V")
+Drain = Callable[[PostgresServer, KafkaServer, Workload, V, str], float]
+
+
+def alternate_drains(prefix: str, rows: int, keys: int, rounds: int,
+                     variants: Sequence[V], name: Callable[[V], str],
+                     label: Callable[[V], str], drain: Drain[V]) -> dict[V, list[float]]:
+    """The shape of the one-question relay benches (``outbox_acks``, ``outbox_burst``):
+    their own PostgreSQL and Tansu in a temp dir (always stopped), the demo schema, one
+    workload; per round, ``drain(pg, kafka, work, variant, topic)`` for every variant in
+    turn, each on a fresh topic, printed as it goes; the events/s of each variant."""
+    configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
+    base_dir = Path(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
+    pg, kafka = PostgresServer(base_dir), KafkaServer(base_dir)
+    try:
+        start_all([pg, kafka])
+        install_demo(pg.dsn)
+        work = Workload(rows, keys)
+        tag = uuid.uuid4().hex[:8]
+        rates: dict[V, list[float]] = {v: [] for v in variants}
+        print(f"rows={rows} keys={keys} rounds={rounds} {os.cpu_count()} CPUs,"
+              f" load {os.getloadavg()[0]:.2f}")
+        for n in range(rounds):
+            for variant in variants:
+                seconds = drain(pg, kafka, work, variant,
+                                f"bench.{prefix}.{tag}.{name(variant)}{n}")
+                rates[variant].append(rows / seconds)
+                print(f"round {n + 1} {label(variant)} {seconds:6.2f} s"
+                      f" {rows / seconds:8.0f} events/s  load {os.getloadavg()[0]:.2f}",
+                      flush=True)
+        return rates
+    finally:
+        stop_all([pg, kafka])
+        shutil.rmtree(base_dir, ignore_errors=True)

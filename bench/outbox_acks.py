@@ -15,11 +15,8 @@ Run:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -29,15 +26,12 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._relay_workload import Workload, make_config, published
+from bench._relay_workload import Workload, alternate_drains, make_config, published
 from supervision.app.daemon import run_once
 from supervision.config import Acks
-from supervision.db.migrate import install_demo
 from supervision.dev.kafka import KafkaServer
 from supervision.dev.postgres import PostgresServer
-from supervision.dev.processes import start_all, stop_all
 from supervision.jobs import Job
-from supervision.logs import configure_logging
 
 
 def drain(pg: PostgresServer, kafka: KafkaServer, work: Workload, acks: Acks,
@@ -61,31 +55,13 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="message keys (1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     args = parser.parse_args()
-    configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
-    base_dir = Path(tempfile.mkdtemp(prefix="bench-acks-"))
-    pg, kafka = PostgresServer(base_dir), KafkaServer(base_dir)
-    try:
-        start_all([pg, kafka])
-        install_demo(pg.dsn)
-        work = Workload(args.rows, args.keys)
-        tag = uuid.uuid4().hex[:8]
-        rates: dict[Acks, list[float]] = {acks: [] for acks in Acks}
-        print(f"rows={args.rows} keys={args.keys} rounds={args.rounds} {os.cpu_count()} CPUs,"
-              f" load {os.getloadavg()[0]:.2f}")
-        for n in range(args.rounds):
-            for acks in Acks:
-                seconds = drain(pg, kafka, work, acks, f"bench.acks.{tag}.{acks.name}{n}")
-                rates[acks].append(args.rows / seconds)
-                print(f"round {n + 1} acks={acks.value:3} {seconds:6.2f} s"
-                      f" {args.rows / seconds:8.0f} events/s  load {os.getloadavg()[0]:.2f}",
-                      flush=True)
-        ratios = [a / b for a, b in zip(rates[Acks.ALL], rates[Acks.LEADER], strict=True)]
-        for acks in Acks:
-            print(f"acks={acks.value:3} events/s median {statistics.median(rates[acks]):.0f}")
-        print(f"all / 1 per round: {', '.join(f'{r:.2f}' for r in ratios)}")
-    finally:
-        stop_all([pg, kafka])
-        shutil.rmtree(base_dir, ignore_errors=True)
+    rates = alternate_drains("acks", args.rows, args.keys, args.rounds, list(Acks),
+                             name=lambda acks: acks.name,
+                             label=lambda acks: f"acks={acks.value:3}", drain=drain)
+    ratios = [a / b for a, b in zip(rates[Acks.ALL], rates[Acks.LEADER], strict=True)]
+    for acks in Acks:
+        print(f"acks={acks.value:3} events/s median {statistics.median(rates[acks]):.0f}")
+    print(f"all / 1 per round: {', '.join(f'{r:.2f}' for r in ratios)}")
 
 
 if __name__ == "__main__":

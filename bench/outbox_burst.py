@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -39,14 +36,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.envelope import event_headers
 from actors.outbox.queries import OUTBOX_QUERIES
-from bench._relay_workload import COPY, EVENT_TYPE, SOURCE, Workload, make_config, published
+from bench._relay_workload import (
+    COPY,
+    EVENT_TYPE,
+    SOURCE,
+    Workload,
+    alternate_drains,
+    make_config,
+    published,
+)
 from supervision.app.daemon import run_once
-from supervision.db.migrate import install_demo
 from supervision.dev.kafka import KafkaServer
 from supervision.dev.postgres import PostgresServer
-from supervision.dev.processes import start_all, stop_all
 from supervision.jobs import Job
-from supervision.logs import configure_logging
 
 VARIANTS = ("pinned", "unpinned", "analyzed")
 PINNED = OUTBOX_QUERIES["outbox_claim_plan"]
@@ -93,29 +95,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="message keys (1000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
     args = parser.parse_args()
-    configure_logging("info", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
-    base_dir = Path(tempfile.mkdtemp(prefix="bench-burst-"))
-    pg, kafka = PostgresServer(base_dir), KafkaServer(base_dir)
-    try:
-        start_all([pg, kafka])
-        install_demo(pg.dsn)
-        work = Workload(args.rows, args.keys)
-        tag = uuid.uuid4().hex[:8]
-        rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        print(f"rows={args.rows} keys={args.keys} rounds={args.rounds} {os.cpu_count()} CPUs,"
-              f" load {os.getloadavg()[0]:.2f}")
-        for n in range(args.rounds):
-            for variant in VARIANTS:
-                seconds = drain(pg, kafka, work, variant, f"bench.burst.{tag}.{variant}{n}")
-                rates[variant].append(args.rows / seconds)
-                print(f"round {n + 1} {variant:9} {seconds:6.2f} s {args.rows / seconds:8.0f}"
-                      f" events/s  load {os.getloadavg()[0]:.2f}", flush=True)
-        for variant in VARIANTS:
-            print(f"{variant:9} events/s median {statistics.median(rates[variant]):.0f}"
-                  f" ({', '.join(f'{r:.0f}' for r in rates[variant])})")
-    finally:
-        stop_all([pg, kafka])
-        shutil.rmtree(base_dir, ignore_errors=True)
+    rates = alternate_drains("burst", args.rows, args.keys, args.rounds, VARIANTS,
+                             name=str, label=lambda variant: f"{variant:9}", drain=drain)
+    for variant in VARIANTS:
+        print(f"{variant:9} events/s median {statistics.median(rates[variant]):.0f}"
+              f" ({', '.join(f'{r:.0f}' for r in rates[variant])})")
 
 
 if __name__ == "__main__":

@@ -68,16 +68,11 @@ def replication_conninfo(dsn: str) -> str:
                                 "application_name": "safetynet-outbox-stream"})
 
 
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 class SlotStream:
     """One open stream of the slot's changes (pgoutput, protocol version 1)."""
 
     def __init__(self, conn: pq.abc.PGconn, source: LogicalSource) -> None:
         self._conn, self.source = conn, source
-        self.wal_end = 0  # the server's WAL end as of the last message (all before it sent)
         self.confirmed = 0  # the position last confirmed to the server
         self.received = 0  # the LSN of the last change received
         self.caught_up = 0  # the server sent everything before it (its keepalive's WAL end)
@@ -166,14 +161,12 @@ class SlotStream:
                 raise self._ended()
             raw = bytes(data)
             if raw[:1] == b"w":
-                start, wal_end, _ = _XLOG.unpack_from(raw, 1)
-                self.wal_end = max(self.wal_end, wal_end)
+                start = _XLOG.unpack_from(raw, 1)[0]
                 self.received = start
                 return start, raw[1 + _XLOG.size:]
             if raw[:1] == b"k":  # answered always: our written position follows it, so a
                 # caught-up walsender sends one keepalive, not one per wake-up
-                wal_end, _, _ = _KEEPALIVE.unpack_from(raw, 1)
-                self.wal_end = max(self.wal_end, wal_end)
+                wal_end = _KEEPALIVE.unpack_from(raw, 1)[0]
                 self.caught_up = max(self.caught_up, wal_end)
                 self._status(reply=False)
 
@@ -206,7 +199,7 @@ def _start(conninfo: str, source: LogicalSource) -> pq.abc.PGconn:
                                   f"{error.splitlines()[0] if error else 'no connection'}")
     command = (f"START_REPLICATION SLOT {psycopg.sql.Identifier(source.slot).as_string()}"
                f" LOGICAL 0/0 (proto_version '1', publication_names "
-               f"{_quote(source.publication)})")
+               f"{psycopg.sql.Literal(source.publication).as_string()})")
     conn.send_query(command.encode())
     result = conn.get_result()
     if result is None or result.status != pq.ExecStatus.COPY_BOTH:
