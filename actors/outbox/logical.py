@@ -12,16 +12,19 @@ messenger's outbox per event.
 The publisher, the window and the dead letters are the table source's; only the two ends
 differ:
 
-* the **slot reader** first reads the slot's *stream*, when the job has its DSN
+* the **slot reader** reads the slot's *stream* when the job has its DSN and the cycle
+  begins less than ``PEEK_FIRST_BYTES`` of WAL behind
   (:mod:`actors.outbox.stream_reader`: the walsender sends each change once, as it is
-  committed), until it is quiet; then it *peeks* the slot
-  (``pg_logical_slot_peek_binary_changes`` through ``pgoutput``, fetched in binary:
-  nothing is consumed) until a peek finds nothing new, which ends the cycle. Either way
-  it hands on, in commit order, the rows of every transaction it has not read in this
-  cycle, in pieces of at most ``batch_size`` events decoded as the rows in hand leave
-  room (:func:`~actors.outbox.slot_cycle.hand_on`: a large transaction's first wave
-  leaves while the rest is still to decode); events settled in an earlier cycle are left
-  out, and the events of a key a dead letter blocks are passed (never published out of
+  committed) until it has caught up, which ends the cycle; otherwise, or when the stream
+  did not catch up, it *peeks* the slot (``pg_logical_slot_peek_binary_changes``
+  through ``pgoutput``, fetched in binary: nothing is consumed) until a peek finds
+  nothing new, which ends the cycle (a backlog goes faster by peeks: one result per
+  peek, not one message per change). Either way it hands on, in commit order, the
+  rows of every transaction it has not read in this cycle, in pieces of at most
+  ``batch_size`` events decoded as the rows in hand leave room
+  (:func:`~actors.outbox.slot_cycle.hand_on`: a large transaction's first wave leaves
+  while the rest is still to decode); events settled in an earlier cycle are left out,
+  and the events of a key a dead letter blocks are passed (never published out of
   order: they stay in the table, where the dead letter's key finds them). A peek starts
   at the slot's confirmed position and returns again every event read above it, and a
   kill sends those again: before each read the reader waits until fewer than
@@ -80,9 +83,10 @@ from actors.outbox.slot_io import (
     anything_blocking,
     peek_slot,
     slot_confirmed,
+    wal_mark,
 )
 from actors.outbox.state import RelayCounts
-from actors.outbox.stream_reader import read_stream
+from actors.outbox.stream_reader import Read, read_stream, released
 from actors.outbox.window import InHand, Window
 
 if TYPE_CHECKING:
@@ -93,6 +97,7 @@ __all__ = ["run_logical_pipeline", "source_of"]
 log = structlog.get_logger("outbox_relay")
 
 ANSWERS_QUEUE = 16
+PEEK_FIRST_BYTES = 1 << 20  # WAL behind the slot past which a cycle peeks before it streams
 DEAD_LETTERS_QUEUE = 64
 
 
@@ -131,51 +136,87 @@ async def _run_slot_pipeline(job: RelayJob, counts: RelayCounts, deadline: float
     claims_send, claims_recv = trio.open_memory_channel[Claim](0)
     answers_send, answers_recv = trio.open_memory_channel[Answered](ANSWERS_QUEUE)
     letters_send, letters_recv = trio.open_memory_channel[DeadLetter](DEAD_LETTERS_QUEUE)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_slot_advancer, cycle, counts, answers_recv)
-        nursery.start_soon(partial(run_dead_letters, job.db, counts, letters_recv,
-                                   written=lambda outbox_id: cycle.settled([outbox_id])))
-        async with trio.open_nursery() as feed:
-            feed.start_soon(partial(run_slot_reader, cycle, cfg.batch_size, job.max_row_bytes,
-                                    deadline, in_hand, claims_send, job.stream_dsn))
-            await run_publisher(job.producer, job.state, Window(in_hand), deadline,
-                                claims_recv, answers_send, letters_send,
-                                min_wave=cfg.batch_size // 4)
-            feed.cancel_scope.cancel()  # the reader stops with the publisher
-    await cycle.advance()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_slot_advancer, cycle, counts, answers_recv)
+            nursery.start_soon(partial(run_dead_letters, job.db, counts, letters_recv,
+                                       written=lambda outbox_id: cycle.settled([outbox_id])))
+            async with trio.open_nursery() as feed:
+                feed.start_soon(partial(run_slot_reader, cycle, cfg.batch_size,
+                                        job.max_row_bytes, deadline, in_hand, claims_send,
+                                        job.stream_dsn))
+                await run_publisher(job.producer, job.state, Window(in_hand), deadline,
+                                    claims_recv, answers_send, letters_send,
+                                    min_wave=cfg.batch_size // 4)
+                feed.cancel_scope.cancel()  # the reader stops with the publisher
+        await cycle.advance()  # through the stream when the reader caught up with it
+    finally:
+        stream, cycle.stream = cycle.stream, None
+        if stream is not None:
+            stream.close()
+    if stream is not None:
+        await released(cycle)  # the next cycle's stream, or a peek, finds the slot free
 
 
 async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
                           deadline: float, in_hand: InHand,
                           claims: trio.MemorySendChannel[Claim],
                           stream_dsn: str | None = None) -> None:
-    """Read the slot until a peek has nothing new (an empty claim is sent on, then the
-    channel closes), the *deadline*, the slot held by events that do not settle, or the
-    publisher is gone. A peek's transactions go on in pieces of at most *batch_size*
-    events, each decoded when there is room for it, so the first wave of a large
-    transaction leaves while the rest of it is still being read."""
-    upto_n = READ_BATCHES * batch_size
+    """Read the slot until it has caught up (an empty claim is sent on, then the channel
+    closes), the *deadline*, the slot held by events that do not settle, or the
+    publisher is gone. A cycle that begins less than :data:`PEEK_FIRST_BYTES` of WAL
+    behind reads the stream (:func:`~actors.outbox.stream_reader.read_stream`), then, if
+    it did not catch up, peeks until one has nothing new; one further behind reads by
+    peeks alone (the server sends a peek's changes as one result, the walsender one
+    message each: half the PostgreSQL CPU per event, a quarter of the relay's), and the
+    next cycle streams."""
     async with claims:
-        if stream_dsn is not None and not await read_stream(
-                cycle, stream_dsn, batch_size, max_row_bytes, deadline, in_hand, claims):
-            return
-        while trio.current_time() < deadline:
-            await in_hand.room()
-            if not await room_above_slot(cycle, ROOM_BATCHES * batch_size):
-                return  # one held key keeps the slot: the next cycle reads again
-            at = trio.current_time()
-            peeked = await _peek(cycle, upto_n)
-            txns = transactions(peeked.records, max_row_bytes, cycle.progress.read_upto)
-            behind = len(peeked.records) >= upto_n
-            upto_n = len(peeked.records) + READ_BATCHES * batch_size
-            if not txns:
-                if not behind:  # all up to wal_position read (in this cycle, or none)
-                    cycle.progress.caught_up(peeked.wal_position)
-                    await send_claim(claims, Claim([], 0, at=at))
-                    return
-                continue
-            if not await hand_on(cycle, txns, at, batch_size, in_hand, claims):
-                return
+        if stream_dsn is not None and await _backlog(cycle) < PEEK_FIRST_BYTES:
+            read, at = await read_stream(cycle, stream_dsn, batch_size, max_row_bytes,
+                                         deadline, in_hand, claims)
+            if read is Read.PEEK:
+                read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
+                                            in_hand, claims)
+        else:
+            read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
+                                        in_hand, claims)
+        if read is Read.CAUGHT_UP:  # every event committed before the last read is read
+            await send_claim(claims, Claim([], 0, at=at))
+
+
+async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
+                     deadline: float, in_hand: InHand,
+                     claims: trio.MemorySendChannel[Claim]) -> tuple[Read, float]:
+    """Peek the slot until a peek has nothing new (caught up: the slot's idle mark is the
+    WAL position read before it), the *deadline*, the slot held by events that do not
+    settle, or the publisher is gone; when the last peek began. A peek's transactions
+    go on in pieces of at most *batch_size* events, each decoded when there is room for
+    it, so the first wave of a large transaction leaves while the rest of it is still
+    being decoded."""
+    upto_n = READ_BATCHES * batch_size
+    at = trio.current_time()
+    while at < deadline:
+        await in_hand.room()
+        if not await room_above_slot(cycle, ROOM_BATCHES * batch_size):
+            return Read.STOPPED, at  # one held key keeps the slot: the next cycle reads
+        at = trio.current_time()
+        peeked = await _peek(cycle, upto_n)
+        txns = transactions(peeked.records, max_row_bytes, cycle.progress.read_upto)
+        behind = len(peeked.records) >= upto_n
+        upto_n = len(peeked.records) + READ_BATCHES * batch_size
+        if not txns:
+            if not behind:  # all up to wal_position read (in this cycle, or none)
+                cycle.progress.caught_up(peeked.wal_position)
+                return Read.CAUGHT_UP, at
+            continue
+        if not await hand_on(cycle, txns, at, batch_size, in_hand, claims):
+            return Read.STOPPED, at
+    return Read.STOPPED, at
+
+
+async def _backlog(cycle: SlotCycle) -> int:
+    """WAL bytes between the slot's confirmed position and the current one."""
+    return max(0, (await cycle.db.run(wal_mark))[0] - cycle.progress.confirmed)
 
 
 async def _peek(cycle: SlotCycle, upto_n: int) -> Peeked:

@@ -35,7 +35,7 @@ from supervision.errors import SafetynetError
 
 __all__ = ["UNCHANGED", "Begin", "Column", "Commit", "Insert", "Message", "PgOutputError",
            "Relation", "Skipped", "Unchanged", "begin_fields", "commit_end", "decode",
-           "epoch_seconds", "format_lsn"]
+           "epoch_seconds", "format_lsn", "insert_texts"]
 
 PG_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)  # pgoutput's timestamps count from here
 PG_EPOCH_UNIX: Final = PG_EPOCH.timestamp()
@@ -202,6 +202,36 @@ def decode(data: bytes) -> Message:
     message = parse(reader)
     reader.done()
     return message
+
+
+def insert_texts(data: bytes) -> list[bytes | None] | None:
+    """An Insert's new tuple when every column is a text value or a null, read in one
+    pass with no message built — on the relay's path for every event; None for anything
+    else (an unchanged TOAST value, a malformed message: :func:`decode` then reads it,
+    every read checked)."""
+    if data[:1] != b"I" or data[5:6] != b"N" or len(data) < 8:
+        return None
+    unpack = _INT32.unpack_from
+    count = _INT16.unpack_from(data, 6)[0]
+    pos = 8
+    values: list[bytes | None] = []
+    append = values.append
+    try:
+        for _ in range(count):
+            kind = data[pos]
+            if kind == 0x74:  # t
+                length = unpack(data, pos + 1)[0]
+                pos += 5
+                append(data[pos:pos + length])
+                pos += length
+            elif kind == 0x6E:  # n
+                pos += 1
+                append(None)
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    return values if pos == len(data) else None
 
 
 def begin_fields(data: bytes) -> tuple[int, int] | None:

@@ -99,17 +99,23 @@ class SlotCycle:
         the role may (asked again every :data:`SNAPSHOT_ASK_EVERY`): the slot's restart
         position then follows its confirmed one, and a peek decodes a fraction of a second
         of WAL again, not up to the background writer's 15 s."""
+        if trio.current_time() >= self.progress.snapshot_due:
+            await self.restart_mark()
+
+    async def restart_mark(self) -> int | None:
+        """Log a standby snapshot now, if the role may; its WAL position (None: the role
+        may not, asked again every :data:`SNAPSHOT_ASK_EVERY`). Once the slot is read
+        and moved past it, the restart position moves there."""
         progress, now = self.progress, trio.current_time()
-        if now < progress.snapshot_due:
-            return
         if not progress.may_snapshot:
+            if progress.may_snapshot is False and now < progress.snapshot_due:
+                return None
             progress.may_snapshot = await self.db.run(may_snapshot)
-            if not progress.may_snapshot:
-                progress.snapshot_due = now + SNAPSHOT_ASK_EVERY
-                return
-        progress.may_snapshot = await self.db.run(log_snapshot)
-        progress.snapshot_due = now + (SNAPSHOT_EVERY if progress.may_snapshot
+        mark = await self.db.run(log_snapshot) if progress.may_snapshot else None
+        progress.may_snapshot = mark is not None
+        progress.snapshot_due = now + (SNAPSHOT_EVERY if mark is not None
                                        else SNAPSHOT_ASK_EVERY)
+        return mark
 
 
 async def hand_on(cycle: SlotCycle, txns: list[Txn], at: float, batch_size: int,

@@ -121,18 +121,19 @@ def may_snapshot(conn: psycopg.Connection[Any]) -> bool:
     return bool(row and row[0])
 
 
-def log_snapshot(conn: psycopg.Connection[Any]) -> bool:
+def log_snapshot(conn: psycopg.Connection[Any]) -> int | None:
     """Write a running-transactions record to the WAL, so the slot's restart position
-    can follow its confirmed one (a peek and a move both decode from the restart
-    position: without this it moves only with the background writer's record, every
-    15 s, and each peek decodes up to 15 s of WAL again). False when the role may not
-    (any more)."""
+    can follow its confirmed one (a peek, a move and a new stream all decode from the
+    restart position: without this it moves only with the background writer's record,
+    every 15 s, and each decodes up to 15 s of WAL again); the record's WAL position.
+    None when the role may not (any more)."""
     try:
         with conn.transaction():  # a savepoint: a refusal leaves the transaction usable
-            conn.execute(OUTBOX_QUERIES["outbox_slot_snapshot"])
+            row = conn.execute(OUTBOX_QUERIES["outbox_slot_snapshot"]).fetchone()
     except psycopg.errors.InsufficientPrivilege:
-        return False
-    return True
+        return None
+    assert row is not None
+    return int(row[0])
 
 
 def blocking_keys(conn: psycopg.Connection[Any], keys: Sequence[Key]) -> dict[Key, int]:

@@ -30,6 +30,7 @@ and neither a peek nor ``pg_replication_slot_advance`` may use it (the relay mov
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from typing import Any
@@ -78,6 +79,9 @@ class SlotStream:
         self.caught_up = 0  # the server sent everything before it (its keepalive's WAL end)
         self._pending: list[tuple[int, bytes]] = []  # received, not handed out yet
         self._closed = 0  # how many of them end with a Commit
+        self._changed_at = -math.inf  # when the last change was seen (Trio's clock)
+        self._opened_at = trio.current_time()
+        self._fresh = False  # a change came since the clock was last read
 
     @classmethod
     async def open(cls, dsn: str, source: LogicalSource) -> SlotStream:
@@ -99,12 +103,13 @@ class SlotStream:
     async def read(self, upto_n: int, idle: float, until: int = 0) -> list[tuple[int, bytes]]:
         """The changes of the whole transactions received: once about *upto_n* changes
         have come, or as soon as nothing more has come in and at least one transaction
-        is whole, or after *idle* seconds with nothing (then maybe none). While the
-        server has not said it sent everything up to the WAL position *until* (its
-        keepalive when it has caught up), nothing for up to :data:`BUSY_WAIT` is not
-        idle: it is still decoding (a large transaction comes whole, after its commit);
-        nor is it after a change until the server's next keepalive (it sends one each time
-        it has caught up).
+        is whole, or once nothing has come for *idle* seconds since the last change (or
+        since the stream opened, without *until*; then maybe none). While the server has
+        not said it sent everything up to the WAL position *until*
+        (:meth:`caught_up_to`), nothing for up to
+        :data:`BUSY_WAIT` is not idle: it is still decoding (a large transaction comes
+        whole, after its commit); nor is it after a change until the server's next
+        keepalive (it sends one each time it has caught up).
         The changes of a transaction not closed yet wait for the next read."""
         while True:
             message = self._next()
@@ -120,16 +125,33 @@ class SlotStream:
                 continue
             if self._closed:
                 return self._take()
+            now = trio.current_time()
+            if self._fresh:
+                self._changed_at, self._fresh = now, False
             # quiet only once the walsender said it sent everything (its keepalive) past
-            # what came last and past *until*; before that it is busy decoding
-            wait = idle if self.caught_up >= max(until, self.received) else BUSY_WAIT
+            # what came last and past *until*; before that it is busy decoding. With no
+            # *until*, the stream's start counts as a change (the first keepalive may
+            # come before the first change)
+            since = self._changed_at if until else max(self._changed_at, self._opened_at)
+            wait = since + idle - now if self.caught_up_to(until) else BUSY_WAIT
+            if wait <= 0:
+                return []
             with trio.move_on_after(wait) as waited:
                 await trio.lowlevel.wait_readable(self._conn.socket)
             if waited.cancelled_caught:
                 return self._take()
             self._consume()
 
+    def caught_up_to(self, until: int) -> bool:
+        """The server said (its keepalive) it sent everything before a WAL position past
+        *until* and past the last change received, and no transaction is half received:
+        every outbox event committed before :attr:`caught_up` has come."""
+        return (self.caught_up > 0 and self.caught_up >= max(until, self.received)
+                and not self._pending)
+
     def _take(self) -> list[tuple[int, bytes]]:
+        if self._fresh:
+            self._changed_at, self._fresh = trio.current_time(), False
         taken, self._pending = self._pending[:self._closed], self._pending[self._closed:]
         self._closed = 0
         return taken
@@ -162,7 +184,7 @@ class SlotStream:
             raw = bytes(data)
             if raw[:1] == b"w":
                 start = _XLOG.unpack_from(raw, 1)[0]
-                self.received = start
+                self.received, self._fresh = start, True
                 return start, raw[1 + _XLOG.size:]
             if raw[:1] == b"k":  # answered always: our written position follows it, so a
                 # caught-up walsender sends one keepalive, not one per wake-up

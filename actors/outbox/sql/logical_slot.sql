@@ -132,7 +132,7 @@ SELECT CASE WHEN current_setting('server_version_num')::int >= 160000
 -- Writes a running-transactions record to the WAL (what the background writer writes every
 -- 15 s): once the slot has read past it and moved past it, the slot's restart position moves
 -- there, and every later peek and move decodes from there instead of from up to 15 s back.
-SELECT pg_log_standby_snapshot() AS snapshot_lsn;
+SELECT pg_log_standby_snapshot() - '0/0'::pg_lsn AS snapshot_lsn;
 
 -- name: outbox_anything_blocking --
 -- The logical source's probe at a cycle's start: whether any key is blocked at all (a dead

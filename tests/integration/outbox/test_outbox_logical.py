@@ -408,12 +408,12 @@ async def test_the_slots_restart_position_follows_the_relay_when_it_may_log_snap
 def test_a_role_that_may_not_log_snapshots_is_told_and_its_transaction_goes_on(
         db_dsn: str) -> None:
     """Without EXECUTE on pg_log_standby_snapshot the relay learns it may not (and reads
-    on, with the background writer's records only): the refusal is a False, not an
+    on, with the background writer's records only): the refusal is a None, not an
     aborted transaction."""
     _, role_dsn = new_role(db_dsn, "sn_nosnap")
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         assert may_snapshot(conn) is True  # the test server's superuser
     with psycopg.connect(role_dsn) as conn, conn.transaction():
         assert may_snapshot(conn) is False
-        assert log_snapshot(conn) is False
+        assert log_snapshot(conn) is None
         assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 import attrs
+import psycopg
 import pytest
 import trio
 
@@ -17,6 +18,7 @@ from actors.outbox import logical, stream
 from actors.outbox.logical_setup import LogicalSource
 from actors.outbox.relay import run_relay_cycle
 from actors.outbox.slot import Txn, transactions
+from actors.outbox.slot_cycle import SlotCycle
 from actors.outbox.stream import SlotStream
 from supervision.app.daemon import open_resources, run_once
 from supervision.app.tree import relay_job
@@ -29,6 +31,7 @@ from tests.integration.outbox.test_outbox_logical import (
     enqueue_in_transactions,
     logical_cfg,
     peek,
+    restart_lsn,
     source,
     topic,
 )
@@ -135,3 +138,84 @@ async def test_a_slot_streams_to_one_session_at_a_time(
     monkeypatch.setattr(stream, "IN_USE_WAIT", 10.0)
     second = await SlotStream.open(db_dsn, source)
     second.close()
+
+
+def wal_position(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """Count the calls of *module*.*name* (one list entry per call)."""
+    calls: list[int] = []
+    original = getattr(module, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+async def test_a_cycle_caught_up_on_the_stream_ends_without_a_peek_and_passes_idle_wal(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events streamed, then the walsender's keepalive says it sent everything: the cycle
+    ends there, with no peek, and the slot moves past the events and past the WAL of
+    another table committed after them (an idle outbox holds back no WAL)."""
+    peeks = counting(monkeypatch, logical, "peek_slot")
+    await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
+                                  [f"k{n % 5}" for n in range(60)], True)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("CREATE TABLE IF NOT EXISTS public.not_the_outbox (n int)")
+        conn.execute("INSERT INTO public.not_the_outbox SELECT generate_series(1, 500)")
+    after_other = await trio.to_thread.run_sync(wal_position, db_dsn)
+    counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
+    assert counts["published"] == 60
+    assert peeks == [], "no cycle peeked: each caught up on its stream"
+    assert await trio.to_thread.run_sync(confirmed_lsn, db_dsn, source) >= after_other
+
+
+async def test_the_restart_position_follows_when_a_stream_cycle_ends(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no standby snapshot logged while it moves the slot, a stream cycle still
+    logs one when it has caught up and reads past it, so its last move takes the slot's
+    restart position past every event it relayed: the next stream, peek or move decodes
+    none of them again."""
+    async def no_snapshot_on_moves(self: SlotCycle) -> None:
+        return None
+
+    monkeypatch.setattr(SlotCycle, "_snapshot", no_snapshot_on_moves)
+    await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
+                                  [f"k{n % 5}" for n in range(60)], True)
+    after_events = await trio.to_thread.run_sync(wal_position, db_dsn)
+    async with open_resources(logical_cfg(db_dsn, kafka_server, source)) as res:
+        job = relay_job(res)
+        counts = await run_relay_cycle(job, CycleContext(Job.OUTBOX_RELAY, "t"))
+    assert counts.published == 60
+    assert await trio.to_thread.run_sync(restart_lsn, db_dsn, source) >= after_events
+
+
+async def test_a_cycle_far_behind_reads_by_peeks_alone(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle that begins PEEK_FIRST_BYTES of WAL or more behind the slot reads the
+    backlog by peeks (one result per peek, not one walsender message per change) and
+    opens no stream; every event is published once and the slot passes them all."""
+    monkeypatch.setattr(logical, "PEEK_FIRST_BYTES", 0)
+    opened = counting(monkeypatch, SlotStream, "open")
+    ids = await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
+                                        [f"k{n % 7}" for n in range(120)], True)
+    after_events = await trio.to_thread.run_sync(wal_position, db_dsn)
+    counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
+    assert counts["published"] == 120
+    assert opened == []
+    messages = await read(kafka_server, topic, expect=120)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert sorted(by_event[m.headers["event-id"]] for m in messages) == ids
+    assert await trio.to_thread.run_sync(confirmed_lsn, db_dsn, source) >= after_events

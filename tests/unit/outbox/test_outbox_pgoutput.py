@@ -19,6 +19,7 @@ from actors.outbox.pgoutput import (
     Skipped,
     decode,
     format_lsn,
+    insert_texts,
 )
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -124,3 +125,24 @@ def test_a_malformed_message_is_a_typed_error_naming_the_problem(data: bytes,
 def test_lsns_are_written_as_postgresql_writes_them() -> None:
     assert format_lsn(0x16_B374D848) == "16/B374D848"
     assert format_lsn(0) == "0/0"
+
+
+def test_the_fast_insert_read_gives_the_same_texts_and_nulls_as_decode() -> None:
+    data = insert(16384, b"42", None, b'{"a": "\xc3\xa9"}', b"")
+    message = decode(data)
+    assert isinstance(message, Insert)
+    assert insert_texts(data) == list(message.values)
+
+
+@pytest.mark.parametrize("data", [
+    insert(1, b"1", "u", b"x"),  # an unchanged TOAST value: decode says what it is
+    insert(1, b"abc")[:-1],  # a value cut short
+    insert(1, b"abc") + b"\x00",  # a byte left over
+    b"I" + struct.pack("!I", 1) + b"K" + tuple_data(b"1"),  # not a new tuple
+    b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!h", 1) + b"b" + struct.pack("!I", 1)
+    + b"x",  # a binary column
+    b"I" + struct.pack("!I", 1) + b"N",  # no column count
+    begin(1, 2, 3),  # not an Insert
+])
+def test_the_fast_insert_read_leaves_anything_odd_to_the_checked_decode(data: bytes) -> None:
+    assert insert_texts(data) is None
