@@ -166,18 +166,19 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
     closes), the *deadline*, the slot held by events that do not settle, or the
     publisher is gone. A cycle that begins less than :data:`PEEK_FIRST_BYTES` of WAL
     behind reads the stream (:func:`~actors.outbox.stream_reader.read_stream`), then, if
-    it did not catch up, peeks until one has nothing new; one further behind reads by
-    peeks alone (the server sends a peek's changes as one result, the walsender one
-    message each: half the PostgreSQL CPU per event, a quarter of the relay's), and the
-    next cycle streams."""
+    it did not catch up, peeks until one has nothing new. One further behind first peeks
+    while the peeks bring a transaction of ``batch_size`` events or more (a peek sends a
+    large transaction as one result, at half the walsender's PostgreSQL CPU per event and
+    a quarter of the relay's), then streams."""
     async with claims:
-        if stream_dsn is not None and await _backlog(cycle) < PEEK_FIRST_BYTES:
+        read, at = Read.STREAM, trio.current_time()
+        if stream_dsn is None or await _backlog(cycle) >= PEEK_FIRST_BYTES:
+            read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
+                                        in_hand, claims, large_only=stream_dsn is not None)
+        if read is Read.STREAM and stream_dsn is not None:
             read, at = await read_stream(cycle, stream_dsn, batch_size, max_row_bytes,
                                          deadline, in_hand, claims)
-            if read is Read.PEEK:
-                read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
-                                            in_hand, claims)
-        else:
+        if read is Read.PEEK:
             read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
                                         in_hand, claims)
         if read is Read.CAUGHT_UP:  # every event committed before the last read is read
@@ -186,13 +187,15 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
 
 async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
                      deadline: float, in_hand: InHand,
-                     claims: trio.MemorySendChannel[Claim]) -> tuple[Read, float]:
+                     claims: trio.MemorySendChannel[Claim], *,
+                     large_only: bool = False) -> tuple[Read, float]:
     """Peek the slot until a peek has nothing new (caught up: the slot's idle mark is the
     WAL position read before it), the *deadline*, the slot held by events that do not
-    settle, or the publisher is gone; when the last peek began. A peek's transactions
-    go on in pieces of at most *batch_size* events, each decoded when there is room for
-    it, so the first wave of a large transaction leaves while the rest of it is still
-    being decoded."""
+    settle, or the publisher is gone; *large_only*: or a peek brought no transaction of
+    *batch_size* events (:attr:`Read.STREAM`). With when the last peek began. A peek's
+    transactions go on in pieces of at most *batch_size* events, each decoded when there
+    is room for it, so the first wave of a large transaction leaves while the rest of it
+    is still being decoded."""
     upto_n = READ_BATCHES * batch_size
     at = trio.current_time()
     while at < deadline:
@@ -211,6 +214,8 @@ async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
             continue
         if not await hand_on(cycle, txns, at, batch_size, in_hand, claims):
             return Read.STOPPED, at
+        if large_only and max(len(txn.inserts) for txn in txns) < batch_size:
+            return Read.STREAM, at
     return Read.STOPPED, at
 
 

@@ -53,6 +53,7 @@ class Read(enum.Enum):
 
     CAUGHT_UP = "caught up"  # every event committed before the cycle began was read
     PEEK = "peek"  # the stream closed without catching up: a peek goes on
+    STREAM = "stream"  # peeks found only small transactions: the stream goes on
     STOPPED = "stopped"  # the publisher is gone, or events read stay above the slot
 
 

@@ -5,6 +5,8 @@ slot streams to one session at a time."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections import defaultdict
 from typing import Any
 
@@ -13,6 +15,7 @@ import psycopg
 import pytest
 import trio
 
+from actors.envelope import event_id
 from actors.leases.lock_keeper import CycleContext
 from actors.outbox import logical, stream
 from actors.outbox.logical_setup import LogicalSource
@@ -201,21 +204,60 @@ async def test_the_restart_position_follows_when_a_stream_cycle_ends(
     assert await trio.to_thread.run_sync(restart_lsn, db_dsn, source) >= after_events
 
 
-async def test_a_cycle_far_behind_reads_by_peeks_alone(
+def enqueue_one_transaction(dsn: str, topic: str, rows: int) -> list[int]:
+    """*rows* outbox rows in one durable transaction, over 7 keys."""
+    ids: list[int] = []
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET LOCAL synchronous_commit = on")
+        for n in range(rows):
+            dedupe = str(uuid.uuid4())
+            row = conn.execute(
+                "INSERT INTO messenger.integration_outbox (topic, message_key, dedupe_key,"
+                " event_type, payload, headers) VALUES (%s, %s, %s, 'Test', %s, %s)"
+                " RETURNING id", (topic, f"k{n % 7}", dedupe, json.dumps({"N": n}),
+                                  json.dumps({"event-id": event_id(topic, dedupe)}))
+            ).fetchone()
+            assert row is not None
+            ids.append(int(row[0]))
+    return ids
+
+
+async def test_a_cycle_far_behind_reads_a_large_transaction_by_peeks_alone(
         db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cycle that begins PEEK_FIRST_BYTES of WAL or more behind the slot reads the
-    backlog by peeks (one result per peek, not one walsender message per change) and
-    opens no stream; every event is published once and the slot passes them all."""
+    """A cycle that begins PEEK_FIRST_BYTES of WAL or more behind the slot reads a
+    transaction of more than batch_size events by peeks (one result per peek, not one
+    walsender message per change) and opens no stream; every event is published and the
+    slot passes them all."""
     monkeypatch.setattr(logical, "PEEK_FIRST_BYTES", 0)
     opened = counting(monkeypatch, SlotStream, "open")
-    ids = await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
-                                        [f"k{n % 7}" for n in range(120)], True)
+    peeks = counting(monkeypatch, logical, "peek_slot")
+    ids = await trio.to_thread.run_sync(enqueue_one_transaction, db_dsn, topic, 450)
     after_events = await trio.to_thread.run_sync(wal_position, db_dsn)
     counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
-    assert counts["published"] == 120
-    assert opened == []
-    messages = await read(kafka_server, topic, expect=120)
+    assert counts["published"] == 450
+    assert opened == [] and peeks
+    messages = await read(kafka_server, topic, expect=450)
     by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
     assert sorted(by_event[m.headers["event-id"]] for m in messages) == ids
     assert await trio.to_thread.run_sync(confirmed_lsn, db_dsn, source) >= after_events
+
+
+async def test_a_cycle_far_behind_streams_once_its_peeks_bring_only_small_transactions(
+        db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Far behind, a first peek brings transactions of 1 to 20 events (batch_size is
+    200): the cycle goes on with the stream, which leaves out what the peek read, so
+    each event reaches the topic once."""
+    monkeypatch.setattr(logical, "PEEK_FIRST_BYTES", 0)
+    monkeypatch.setattr(logical, "READ_BATCHES", 1)  # the first peek: about 200 events
+    opened = counting(monkeypatch, SlotStream, "open")
+    peeks = counting(monkeypatch, logical, "peek_slot")
+    ids = await trio.to_thread.run_sync(enqueue_in_transactions, db_dsn, topic,
+                                        [f"k{n % 7}" for n in range(600)], True)
+    counts = await run_once(logical_cfg(db_dsn, kafka_server, source), "outbox-relay")
+    assert counts["published"] == 600
+    assert peeks and opened
+    messages = await read(kafka_server, topic, expect=600)
+    by_event = await trio.to_thread.run_sync(outbox_by_event_id, db_dsn)
+    assert sorted(by_event[m.headers["event-id"]] for m in messages) == ids
