@@ -204,20 +204,21 @@ def decode(data: bytes) -> Message:
     return message
 
 
-def insert_texts(data: bytes) -> list[bytes | None] | None:
-    """An Insert's new tuple when every column is a text value or a null, read in one
-    pass with no message built — on the relay's path for every event; None for anything
-    else (an unchanged TOAST value, a malformed message: :func:`decode` then reads it,
-    every read checked)."""
+def insert_texts(data: bytes, upto: int) -> list[bytes | None] | None:
+    """An Insert's first *upto* columns when each is a text value or a null, read in one
+    pass with no message built (the columns after them are not read) — on the relay's
+    path for every event; None for anything else (an unchanged TOAST value, a message
+    with fewer columns or cut short: :func:`decode` then reads it, every read checked)."""
     if data[:1] != b"I" or data[5:6] != b"N" or len(data) < 8:
         return None
     unpack = _INT32.unpack_from
-    count = _INT16.unpack_from(data, 6)[0]
-    pos = 8
+    if _INT16.unpack_from(data, 6)[0] < upto:
+        return None
+    pos, end = 8, len(data)
     values: list[bytes | None] = []
     append = values.append
     try:
-        for _ in range(count):
+        for _ in range(upto):
             kind = data[pos]
             if kind == 0x74:  # t
                 length = unpack(data, pos + 1)[0]
@@ -231,7 +232,7 @@ def insert_texts(data: bytes) -> list[bytes | None] | None:
                 return None
     except (IndexError, struct.error):
         return None
-    return values if pos == len(data) else None
+    return values if pos <= end else None
 
 
 def begin_fields(data: bytes) -> tuple[int, int] | None:

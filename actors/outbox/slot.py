@@ -46,7 +46,14 @@ from actors.outbox.pgoutput import (
     format_lsn,
     insert_texts,
 )
-from actors.outbox.rows import Malformed, Row, json_type, object_row, parse_claimed
+from actors.outbox.rows import (
+    Malformed,
+    Row,
+    json_type,
+    object_row,
+    parse_claimed,
+    string_object,
+)
 
 OUTBOX_RELATION = ("messenger", "integration_outbox")
 MAX_MARKS = 64  # WAL marks kept until the slot passes them (older ones give way)
@@ -61,7 +68,9 @@ class Txn:
 
     end_lsn: int
     commit_micros: int  # the commit time as pgoutput sends it: µs since 2000-01-01 UTC
-    inserts: list[tuple[bytes, list[int]]]  # (pgoutput Insert, the relay's column positions)
+    # (pgoutput Insert, the relay's column positions: a tuple of ints, so that once
+    # read, the pair is out of the garbage collector's sight)
+    inserts: list[tuple[bytes, tuple[int, ...]]]
     max_row_bytes: int
 
     @property
@@ -95,24 +104,21 @@ class Txn:
         return rows
 
 
-def _fast_row(data: bytes, positions: Sequence[int], max_row_bytes: int) -> Row | None:
-    """The row of an Insert of text values and nulls (:func:`insert_texts`) when it is the
-    common case (:func:`_object_row`); None for anything else, which :func:`decode` and
-    :func:`outbox_row` then read, every read checked."""
-    texts = insert_texts(data)
+def _fast_row(data: bytes, positions: tuple[int, ...], max_row_bytes: int) -> Row | None:
+    """The row of an Insert whose relay columns are text values (:func:`insert_texts`)
+    when it is the common case (:func:`_object_row`); None for anything else, which
+    :func:`decode` and :func:`outbox_row` then read, every read checked."""
+    texts = insert_texts(data, max(positions) + 1)
     if texts is None:
         return None
-    try:
-        raw = [texts[at] for at in positions]
-    except IndexError:  # fewer columns than its relation's
-        return None
+    raw = [texts[at] for at in positions]
     if None in raw:
         return None
     return _object_row(cast(list[bytes], raw), max_row_bytes)
 
 
 def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
-                 after: int = 0, relations: dict[int, list[int] | None] | None = None
+                 after: int = 0, relations: dict[int, tuple[int, ...] | None] | None = None
                  ) -> list[Txn]:
     """The complete transactions of one peek that end past *after* (a trailing one
     without its Commit is left out: the next peek returns it whole), with their inserts
@@ -152,8 +158,8 @@ def transactions(records: Iterable[tuple[int, bytes]], max_row_bytes: int,
     return done
 
 
-def _insert_positions(relations: dict[int, list[int] | None], lsn: int, data: bytes
-                      ) -> list[int] | None:
+def _insert_positions(relations: dict[int, tuple[int, ...] | None], lsn: int, data: bytes
+                      ) -> tuple[int, ...] | None:
     """The column positions of an Insert's relation (None: not the outbox's)."""
     if len(data) < 1 + _RELID.size:
         decode(data)  # raises, naming what is short
@@ -202,7 +208,7 @@ def pieces(txns: Sequence[Txn], size: int) -> list[Piece]:
     return [Piece(spans, n == len(cut) - 1) for n, spans in enumerate(cut)]
 
 
-def _positions(relation: Relation) -> list[int] | None:
+def _positions(relation: Relation) -> tuple[int, ...] | None:
     """Where the relay's columns are in the outbox's tuples (None: another table)."""
     if (relation.namespace, relation.name) != OUTBOX_RELATION:
         return None
@@ -211,7 +217,7 @@ def _positions(relation: Relation) -> list[int] | None:
     if missing:
         raise PgOutputError(f"pgoutput Relation {relation.namespace}.{relation.name}: no "
                             f"column {', '.join(missing)}")
-    return [names.index(name) for name in COLUMNS]
+    return tuple(names.index(name) for name in COLUMNS)
 
 
 def _text(value: bytes | Unchanged | None) -> str | None:
@@ -250,11 +256,8 @@ def _object_row(raw: list[bytes], max_row_bytes: int) -> Row | None:
     outbox_id, topic, key, dedupe, event_type, payload, headers = raw
     if payload[:1] != b"{" or sum(map(len, raw)) - len(outbox_id) > max_row_bytes:
         return None
-    try:
-        decoded = json.loads(headers)
-    except ValueError:
-        return None
-    if type(decoded) is not dict:
+    decoded = string_object(headers)
+    if decoded is None:
         return None
     try:
         topic_text, key_text = topic.decode(), key.decode()

@@ -92,7 +92,7 @@ async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, until: int,
                           batch_size: int, max_row_bytes: int, deadline: float,
                           in_hand: InHand, claims: trio.MemorySendChannel[Claim]
                           ) -> tuple[Read, float]:
-    relations: dict[int, list[int] | None] = {}  # the stream describes each relation once
+    relations: dict[int, tuple[int, ...] | None] = {}  # the stream describes each relation once
     upto_n = READ_BATCHES * batch_size
     at = trio.current_time()
     followed = False

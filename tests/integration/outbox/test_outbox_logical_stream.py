@@ -76,7 +76,7 @@ async def test_committed_events_come_through_the_stream_not_a_peek(
 async def read_all(opened: SlotStream) -> list[Txn]:
     """Every transaction the stream sends until it is quiet for half a second (a read
     returns as soon as one is whole)."""
-    relations: dict[int, list[int] | None] = {}
+    relations: dict[int, tuple[int, ...] | None] = {}
     txns: list[Txn] = []
     while records := await opened.read(10_000, 0.5):
         txns += transactions(records, 1 << 20, 0, relations)

@@ -131,18 +131,19 @@ def test_the_fast_insert_read_gives_the_same_texts_and_nulls_as_decode() -> None
     data = insert(16384, b"42", None, b'{"a": "\xc3\xa9"}', b"")
     message = decode(data)
     assert isinstance(message, Insert)
-    assert insert_texts(data) == list(message.values)
+    assert insert_texts(data, 4) == list(message.values)
+    assert insert_texts(data, 2) == list(message.values[:2]), "the columns after: not read"
+    assert insert_texts(data, 5) is None, "fewer columns than asked for"
 
 
 @pytest.mark.parametrize("data", [
     insert(1, b"1", "u", b"x"),  # an unchanged TOAST value: decode says what it is
-    insert(1, b"abc")[:-1],  # a value cut short
-    insert(1, b"abc") + b"\x00",  # a byte left over
+    insert(1, b"1", b"abc")[:-1],  # a value cut short
     b"I" + struct.pack("!I", 1) + b"K" + tuple_data(b"1"),  # not a new tuple
-    b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!h", 1) + b"b" + struct.pack("!I", 1)
-    + b"x",  # a binary column
+    b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!h", 2) + b"t" + struct.pack("!I", 1)
+    + b"x" + b"b" + struct.pack("!I", 1) + b"y",  # a binary column
     b"I" + struct.pack("!I", 1) + b"N",  # no column count
     begin(1, 2, 3),  # not an Insert
 ])
 def test_the_fast_insert_read_leaves_anything_odd_to_the_checked_decode(data: bytes) -> None:
-    assert insert_texts(data) is None
+    assert insert_texts(data, 2) is None

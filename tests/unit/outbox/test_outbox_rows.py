@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from actors.envelope import event_id
-from actors.outbox.rows import CLAIMED, Malformed, Row, next_wave, parse_claimed, parse_row
+from actors.outbox.rows import (
+    CLAIMED,
+    Malformed,
+    Row,
+    next_wave,
+    parse_claimed,
+    parse_row,
+    string_object,
+)
 
 
 def record(payload: Any = None, headers: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -147,3 +155,21 @@ def test_an_oversized_claimed_row_is_malformed_with_its_size_and_the_limit() -> 
     parsed = parse_claimed(tuple(rec[column] for column in CLAIMED), 1_048_576)  # SQL NULLs
     assert parsed == Malformed(7, "t", "k", "too_large: row of 52428800 bytes over the"
                                             " 1048576-byte max request size")
+
+
+def test_headers_of_strings_are_decoded_as_the_standard_library_decodes_them() -> None:
+    text = '{"event-id": "e1", "source": "s\\u00e9", "empty": ""}'
+    assert string_object(text) == json.loads(text)
+    assert string_object(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", [
+    '{"n": 123456789012345678901234567890}',  # orjson would read a float: json says why
+    '{"n": 1}',
+    '["e1"]',
+    'null',
+    '{"event-id": ',
+])
+def test_headers_not_an_object_of_strings_are_left_to_the_standard_library(
+        text: str) -> None:
+    assert string_object(text) is None
