@@ -196,7 +196,8 @@ async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
     transactions go on in pieces of at most *batch_size* events, each decoded when there
     is room for it, so the first wave of a large transaction leaves while the rest of it
     is still being decoded."""
-    upto_n = READ_BATCHES * batch_size
+    # *large_only*: the first peek asks for one transaction, to see whether it is large
+    upto_n = 1 if large_only else READ_BATCHES * batch_size
     at = trio.current_time()
     while at < deadline:
         await in_hand.room()
@@ -206,6 +207,9 @@ async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
         peeked = await _peek(cycle, upto_n)
         txns = transactions(peeked.records, max_row_bytes, cycle.progress.read_upto)
         behind = len(peeked.records) >= upto_n
+        small = large_only and max((len(t.inserts) for t in txns), default=0) < batch_size
+        if small and upto_n == 1 and txns:
+            return Read.STREAM, at  # the stream sends it again, with what follows
         upto_n = len(peeked.records) + READ_BATCHES * batch_size
         if not txns:
             if not behind:  # all up to wal_position read (in this cycle, or none)
@@ -214,7 +218,7 @@ async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
             continue
         if not await hand_on(cycle, txns, at, batch_size, in_hand, claims):
             return Read.STOPPED, at
-        if large_only and max(len(txn.inserts) for txn in txns) < batch_size:
+        if small:
             return Read.STREAM, at
     return Read.STOPPED, at
 

@@ -51,6 +51,7 @@ _KEEPALIVE = struct.Struct("!qqB")  # WAL end, send time, reply requested
 _STATUS = struct.Struct("!cqqqqB")  # 'r', written, flushed, applied, client time, reply
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in µs since the Unix epoch
 BUSY_WAIT = 2.0  # nothing from a walsender still catching up, before a read gives up
+GATHER_WAIT = 0.002  # behind a backlog, how long a read waits for more before it returns
 IN_USE_WAIT = 2.0  # how long a slot in use is waited for before the cycle gives up
 IN_USE_POLL = 0.02
 
@@ -100,13 +101,16 @@ class SlotStream:
         raise InfrastructureError(f"postgres: replication slot {source.slot} is in use by "
                                   "another session")
 
-    async def read(self, upto_n: int, idle: float, until: int = 0) -> list[tuple[int, bytes]]:
+    async def read(self, upto_n: int, idle: float, until: int = 0,
+                   enough: int = 1) -> list[tuple[int, bytes]]:
         """The changes of the whole transactions received: once about *upto_n* changes
-        have come, or as soon as nothing more has come in and at least one transaction
-        is whole, or once nothing has come for *idle* seconds since the last change (or
-        since the stream opened, without *until*; then maybe none). While the server has
-        not said it sent everything up to the WAL position *until*
-        (:meth:`caught_up_to`), nothing for up to
+        have come; or as soon as nothing more has come in and at least one transaction
+        is whole — while the server is still sending a backlog (it has not said it
+        caught up), at least *enough* changes, or whatever is whole after
+        :data:`GATHER_WAIT` with nothing more; or once nothing has come for *idle*
+        seconds since the last change (or since the stream opened, without *until*;
+        then maybe none). While the server has not said it sent everything up to the
+        WAL position *until* (:meth:`caught_up_to`), nothing for up to
         :data:`BUSY_WAIT` is not idle: it is still decoding (a large transaction comes
         whole, after its commit); nor is it after a change until the server's next
         keepalive (it sends one each time it has caught up).
@@ -124,7 +128,15 @@ class SlotStream:
                         return self._take()
                 continue
             if self._closed:
-                return self._take()
+                if self._closed >= enough or self.caught_up >= max(until, self.received):
+                    return self._take()
+                # a backlog still coming in: a little more, rather than a claim of a few
+                with trio.move_on_after(GATHER_WAIT) as gathered:
+                    await trio.lowlevel.wait_readable(self._conn.socket)
+                if gathered.cancelled_caught:
+                    return self._take()
+                self._consume()
+                continue
             now = trio.current_time()
             if self._fresh:
                 self._changed_at, self._fresh = now, False

@@ -101,7 +101,7 @@ async def _hand_on_stream(cycle: SlotCycle, stream: SlotStream, until: int,
         if not await room_above_slot(cycle, ROOM_BATCHES * batch_size):
             return Read.STOPPED, at
         at = trio.current_time()
-        records = await stream.read(upto_n, STREAM_IDLE, until)
+        records = await stream.read(upto_n, STREAM_IDLE, until, enough=batch_size)
         if not records:
             if not stream.caught_up_to(until):
                 return Read.PEEK, at
