@@ -47,8 +47,8 @@ async def test_committed_events_come_through_the_stream_not_a_peek(
         db_dsn: str, kafka_server: KafkaServer, source: LogicalSource, topic: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """300 events over 9 keys, committed durably: the drain hands every one on from the
-    walsender's stream (the peek that ends the cycle finds none it has not read), each
-    reaches the topic once, per key in commit order, and the slot ends past them."""
+    walsender's stream (no peek hands any on), each reaches the topic once, per key in
+    commit order, and the slot ends past them."""
     from_peeks: list[int] = []
 
     def counted(*args: Any, **kwargs: Any) -> Any:
