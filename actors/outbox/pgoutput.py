@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Final, cast
 
 import attrs
 
@@ -211,28 +211,10 @@ def insert_texts(data: bytes, upto: int) -> list[bytes | None] | None:
     with fewer columns or cut short: :func:`decode` then reads it, every read checked)."""
     if data[:1] != b"I" or data[5:6] != b"N" or len(data) < 8:
         return None
-    unpack = _INT32.unpack_from
     if _INT16.unpack_from(data, 6)[0] < upto:
         return None
-    pos, end = 8, len(data)
-    values: list[bytes | None] = []
-    append = values.append
-    try:
-        for _ in range(upto):
-            kind = data[pos]
-            if kind == 0x74:  # t
-                length = unpack(data, pos + 1)[0]
-                pos += 5
-                append(data[pos:pos + length])
-                pos += length
-            elif kind == 0x6E:  # n
-                pos += 1
-                append(None)
-            else:
-                return None
-    except (IndexError, struct.error):
-        return None
-    return values if pos <= end else None
+    read = _fast_columns(data, 8, upto, unchanged=False)
+    return None if read is None else cast(list[bytes | None], read[0])
 
 
 def begin_fields(data: bytes) -> tuple[int, int] | None:
@@ -294,13 +276,23 @@ def _insert(r: _Reader) -> Insert:
 
 def _tuple(r: _Reader) -> tuple[Value, ...]:
     """TupleData: a column count, then per column ``n``, ``u`` or ``t`` + length + text.
-    On the relay's path for every event: one pass with local names and no bounds check
-    per column (a short message shows as an index or struct error, or a position past
-    the end); anything odd is read again by :func:`_tuple_checked`, which names it."""
+    On the relay's path for every event: one pass (:func:`_fast_columns`); anything odd
+    is read again by :func:`_tuple_checked`, which names it."""
     count = r.number(_INT16)
-    if count < 0:
-        return _tuple_checked(r, count)
-    data, pos = r.data, r.pos
+    if count >= 0:
+        read = _fast_columns(r.data, r.pos, count, unchanged=True)
+        if read is not None:
+            r.pos = read[1]
+            return tuple(read[0])
+    return _tuple_checked(r, count)
+
+
+def _fast_columns(data: bytes, pos: int, count: int, *, unchanged: bool
+                  ) -> tuple[list[Value], int] | None:
+    """*count* columns of TupleData from *pos*, with local names and no bounds check per
+    column (a short message shows as an index or struct error, or a position past the
+    end): their values and the position after them; None at anything odd (a column kind
+    other than ``t`` and ``n``, or ``u`` when *unchanged* is false)."""
     unpack = _INT32.unpack_from
     values: list[Value] = []
     append = values.append
@@ -315,18 +307,14 @@ def _tuple(r: _Reader) -> tuple[Value, ...]:
             elif kind == 0x6E:  # n
                 pos += 1
                 append(None)
-            elif kind == 0x75:  # u
+            elif kind == 0x75 and unchanged:  # u
                 pos += 1
                 append(UNCHANGED)
             else:
-                break
-        else:
-            if pos <= len(data):
-                r.pos = pos
-                return tuple(values)
+                return None
     except (IndexError, struct.error):
-        pass
-    return _tuple_checked(r, count)
+        return None
+    return (values, pos) if pos <= len(data) else None
 
 
 def _tuple_checked(r: _Reader, count: int) -> tuple[Value, ...]:
