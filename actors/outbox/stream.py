@@ -171,10 +171,17 @@ class SlotStream:
     def confirm(self, lsn: int) -> None:
         """Tell the server the relay is done with everything before *lsn*: the slot's
         confirmed position moves there (only ever forward; nothing once closed). The
-        caller checks the lease's fence first: a fenced leader never confirms."""
+        caller checks the lease's fence first: a fenced leader never confirms. A stream
+        the server has ended meanwhile (its ``wal_sender_timeout`` while the cycle's last
+        waves were out) is closed instead, and the slot stays where it was: the next
+        cycle reads those events again (at least once)."""
         if lsn > self.confirmed and not self.closed:
-            self.confirmed = lsn
-            self._status(reply=False)
+            previous, self.confirmed = self.confirmed, lsn
+            try:
+                self._status(reply=False)
+            except InfrastructureError:
+                self.confirmed = previous
+                self._conn.finish()
 
     @property
     def closed(self) -> bool:
