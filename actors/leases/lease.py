@@ -195,6 +195,11 @@ class LockConnection:
         """Take *job*'s lease (and its advisory lock when free); None when it is held."""
         key = lock_key(job.name)
         got_lock = await self.query("advisory_lock_try", key, limit=5.0)
+        if not got_lock and not await self.older_leader(job):
+            # the holder may have let go between the two: an older replica ending its
+            # cycle. Try again, or this lease would go without the lock, and that
+            # replica's next try would take it beside us (two leaders until a renewal)
+            got_lock = await self.query("advisory_lock_try", key, limit=5.0)
         if not got_lock and await self.older_leader(job):
             if not self.older_logged:
                 log.warning("cycle_skipped_older_release_leads", job=job.name)

@@ -104,6 +104,36 @@ async def test_leader_without_the_advisory_lock_yields_when_an_older_replica_tak
     standby.discard()
 
 
+async def test_an_older_replica_letting_go_between_try_and_check_leaves_the_lock_to_us(
+        db_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The older replica holds the lock at the new keeper's try and lets it go (its cycle
+    ends) before the keeper asks who holds it: the keeper takes the lock with the lease,
+    so the replica's next try fails. Taking the lease without the lock would let that
+    try succeed: two leaders until the keeper's next renewal (a rolling upgrade's
+    reaper cycles overlapped by 44 ms once, under load)."""
+    job = make_job("t-rolling-race")
+    key = lock_key(job.name)
+    new = LockConnection(db_dsn)
+    with old_replica(db_dsn) as old:
+        assert old.execute(OLD_TRY, (key,)).fetchone() == (True,)
+        check = LockConnection.older_leader
+        let_go: list[int] = []
+
+        async def racing(self: LockConnection, job: Any, *, connect: bool = True) -> bool:
+            if not let_go:  # the replica's cycle ends right after the keeper's try
+                let_go.append(1)
+                old.execute(OLD_RELEASE, (key,))
+            return await check(self, job, connect=connect)
+
+        monkeypatch.setattr(LockConnection, "older_leader", racing)
+        lease = await new.acquire(job)
+        assert let_go and lease is not None
+        assert lease.advisory, "the keeper holds the advisory lock with its lease"
+        assert old.execute(OLD_TRY, (key,)).fetchone() == (False,), "one leader"
+        await new.release(job, lease)
+    new.discard()
+
+
 OLD_COMMIT = "31dc1f7"
 
 
