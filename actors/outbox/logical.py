@@ -12,16 +12,17 @@ messenger's outbox per event.
 The publisher, the window and the dead letters are the table source's; only the two ends
 differ:
 
-* the **slot reader** reads the slot's *stream* when the job has its DSN and the cycle
-  begins less than ``PEEK_FIRST_BYTES`` of WAL behind
-  (:mod:`actors.outbox.stream_reader`: the walsender sends each change once, as it is
-  committed) until it has caught up, which ends the cycle; otherwise, or when the stream
-  did not catch up, it *peeks* the slot (``pg_logical_slot_peek_binary_changes``
-  through ``pgoutput``, fetched in binary: nothing is consumed) until a peek finds
-  nothing new, which ends the cycle (a backlog goes faster by peeks: one result per
-  peek, not one message per change). Either way it hands on, in commit order, the
-  rows of every transaction it has not read in this cycle, in pieces of at most
-  ``batch_size`` events decoded as the rows in hand leave room
+* the **slot reader**, in a cycle that begins less than ``PEEK_FIRST_BYTES`` of WAL
+  behind, reads the slot's *stream* (:mod:`actors.outbox.stream_reader`: the walsender
+  sends each change once, as it is committed) until it has caught up, which ends the
+  cycle; when the stream does not catch up, or without the stream's DSN, it *peeks* the
+  slot (``pg_logical_slot_peek_binary_changes`` through ``pgoutput``, fetched in binary:
+  nothing is consumed) until a peek finds nothing new, which ends the cycle. A cycle
+  further behind peeks one transaction first: a large one is read by peeks (one result
+  per peek, not one message per change: half the server's CPU per event), a small one
+  sends the cycle to the stream. Either way it hands on, in commit order, the rows of
+  every transaction it has not read in this cycle, in pieces of at most ``batch_size``
+  events decoded as the rows in hand leave room
   (:func:`~actors.outbox.slot_cycle.hand_on`: a large transaction's first wave leaves
   while the rest is still to decode); events settled in an earlier cycle are left out,
   and the events of a key a dead letter blocks are passed (never published out of
@@ -167,9 +168,10 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
     publisher is gone. A cycle that begins less than :data:`PEEK_FIRST_BYTES` of WAL
     behind reads the stream (:func:`~actors.outbox.stream_reader.read_stream`), then, if
     it did not catch up, peeks until one has nothing new. One further behind first peeks
-    while the peeks bring a transaction of ``batch_size`` events or more (a peek sends a
-    large transaction as one result, at half the walsender's PostgreSQL CPU per event and
-    a quarter of the relay's), then streams."""
+    one transaction: a large one (``batch_size`` events or more) is read by peeks until
+    one has nothing new, or until one brings only small transactions (a peek sends a
+    large transaction as one result, at half the walsender's PostgreSQL CPU per event);
+    a small one goes to the stream, which sends it again with the rest."""
     async with claims:
         read, at = Read.STREAM, trio.current_time()
         if stream_dsn is None or await _backlog(cycle) >= PEEK_FIRST_BYTES:

@@ -11,8 +11,11 @@ The stream runs while changes keep coming. Once the walsender has said (its keep
 that it sent everything past the WAL position read when the cycle began, and nothing has
 come for :data:`STREAM_IDLE` since the last change, the cycle has **caught up**: the
 slot's idle mark is the keepalive's position (so an idle outbox holds back no WAL of the
-messenger's other tables), and the stream stays open for the cycle's last move
-(:meth:`SlotCycle.close_stream` after it). No peek is needed, and none runs.
+messenger's other tables), and the stream stays open for the cycle's last move (the
+pipeline closes it after that: :func:`actors.outbox.logical.run_logical_pipeline`). No
+peek is needed, and none runs. Before it ends, a cycle that read events logs a standby
+snapshot and reads until the walsender has passed it, so that last move takes the
+slot's restart position past them: the next stream decodes none of them again.
 
 When the walsender does not catch up within :data:`~actors.outbox.stream.BUSY_WAIT`, or
 at the deadline, the settled events are confirmed through the stream, it is closed, and
@@ -49,7 +52,8 @@ RELEASE_WAIT = 2.0  # how long the walsender's exit is waited for after the stre
 
 
 class Read(enum.Enum):
-    """How the stream reader ended (:func:`read_stream`)."""
+    """How a slot reader ended: the stream's (:func:`read_stream`) or the peeks'
+    (:func:`actors.outbox.logical.read_peeks`)."""
 
     CAUGHT_UP = "caught up"  # every event committed before the cycle began was read
     PEEK = "peek"  # the stream closed without catching up: a peek goes on
@@ -61,10 +65,10 @@ async def read_stream(cycle: SlotCycle, dsn: str, batch_size: int, max_row_bytes
                       deadline: float, in_hand: InHand,
                       claims: trio.MemorySendChannel[Claim]) -> tuple[Read, float]:
     """Hand on what the slot's stream sends until it is quiet, and when its last read
-    began: caught up (the stream
-    stays open in ``cycle.stream`` for the cycle's last move), or not (it is closed: a
-    peek goes on), or the reader stops (the publisher is gone, or events read above the
-    slot stay for :data:`~actors.outbox.slot_cycle.OPEN_WAIT`)."""
+    began: caught up (the stream stays open in ``cycle.stream`` for the cycle's last
+    move), or not (it is closed: a peek goes on), or the reader stops (the publisher is
+    gone, or events read above the slot stay for
+    :data:`~actors.outbox.slot_cycle.OPEN_WAIT`)."""
     until, xmin = await cycle.db.run(wal_mark)  # what the stream must reach before quiet
     cycle.progress.marked(until, xmin)
     stream = await SlotStream.open(dsn, cycle.source)
