@@ -98,6 +98,7 @@ audit: $(STAMP)
 # The chaos suite, then its figures published to docs/reliability.md (on purpose only:
 # a test run writes its figures under build/ and leaves the tree clean).
 reliability-report: $(STAMP)
+	rm -rf build/reliability  # this run's figures only: none of a scenario since renamed
 	$(PY) -m pytest -m chaos tests/chaos
 	$(PY) -m tests.chaos.report
 
