@@ -174,12 +174,14 @@ async def run_slot_reader(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
     a small one goes to the stream, which sends it again with the rest."""
     async with claims:
         read, at = Read.STREAM, trio.current_time()
-        if stream_dsn is None or await _backlog(cycle) >= PEEK_FIRST_BYTES:
+        # the WAL position now (flushed), and what the stream must reach before quiet
+        mark = None if stream_dsn is None else await cycle.db.run(wal_mark)
+        if mark is None or mark[0] - cycle.progress.confirmed >= PEEK_FIRST_BYTES:
             read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
-                                        in_hand, claims, large_only=stream_dsn is not None)
-        if read is Read.STREAM and stream_dsn is not None:
-            read, at = await read_stream(cycle, stream_dsn, batch_size, max_row_bytes,
-                                         deadline, in_hand, claims)
+                                        in_hand, claims, large_only=mark is not None)
+        if read is Read.STREAM and stream_dsn is not None and mark is not None:
+            read, at = await read_stream(cycle, stream_dsn, mark, batch_size,
+                                         max_row_bytes, deadline, in_hand, claims)
         if read is Read.PEEK:
             read, at = await read_peeks(cycle, batch_size, max_row_bytes, deadline,
                                         in_hand, claims)
@@ -223,11 +225,6 @@ async def read_peeks(cycle: SlotCycle, batch_size: int, max_row_bytes: int,
         if small:
             return Read.STREAM, at
     return Read.STOPPED, at
-
-
-async def _backlog(cycle: SlotCycle) -> int:
-    """WAL bytes between the slot's confirmed position and the current one."""
-    return max(0, (await cycle.db.run(wal_mark))[0] - cycle.progress.confirmed)
 
 
 async def _peek(cycle: SlotCycle, upto_n: int) -> Peeked:

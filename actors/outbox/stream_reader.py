@@ -1,8 +1,8 @@
 """The logical source's stream reader: a cycle first hands on what the slot's stream
 sends (:mod:`actors.outbox.stream`), as it comes.
 
->>> read, at = await read_stream(cycle, dsn, batch_size, max_row_bytes, deadline,
-...                              in_hand, claims)
+>>> read, at = await read_stream(cycle, dsn, await cycle.db.run(wal_mark), batch_size,
+...                              max_row_bytes, deadline, in_hand, claims)
 >>> read is Read.CAUGHT_UP    # the cycle ends: its last move goes through the stream
 >>> read is Read.PEEK         # the stream closed: a peek finishes the cycle
 >>> read is Read.STOPPED      # the publisher is gone, or one held key keeps the slot
@@ -61,15 +61,16 @@ class Read(enum.Enum):
     STOPPED = "stopped"  # the publisher is gone, or events read stay above the slot
 
 
-async def read_stream(cycle: SlotCycle, dsn: str, batch_size: int, max_row_bytes: int,
-                      deadline: float, in_hand: InHand,
+async def read_stream(cycle: SlotCycle, dsn: str, mark: tuple[int, int], batch_size: int,
+                      max_row_bytes: int, deadline: float, in_hand: InHand,
                       claims: trio.MemorySendChannel[Claim]) -> tuple[Read, float]:
     """Hand on what the slot's stream sends until it is quiet, and when its last read
     began: caught up (the stream stays open in ``cycle.stream`` for the cycle's last
     move), or not (it is closed: a peek goes on), or the reader stops (the publisher is
     gone, or events read above the slot stay for
-    :data:`~actors.outbox.slot_cycle.OPEN_WAIT`)."""
-    until, xmin = await cycle.db.run(wal_mark)  # what the stream must reach before quiet
+    :data:`~actors.outbox.slot_cycle.OPEN_WAIT`). *mark*: the cycle's WAL mark
+    (:func:`~actors.outbox.slot_io.wal_mark`), what the stream must reach before quiet."""
+    until, xmin = mark
     cycle.progress.marked(until, xmin)
     stream = await SlotStream.open(dsn, cycle.source)
     cycle.stream = stream
